@@ -1,0 +1,1 @@
+"""Generated Protobuf code of the contracts in proto/ (do not edit)."""

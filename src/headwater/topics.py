@@ -1,0 +1,57 @@
+"""Every Kafka topic Headwater uses, declared once.
+
+The dev stack, the tests, ``headwater topics ensure`` and the Helm chart's topic hook all
+read this table, so a topic is named and shaped in exactly one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The ingest endpoints of the gRPC API and the ingest topic each one writes to.
+INGEST_TOPICS: dict[str, str] = {
+    "telemetry": "ingest.telemetry.v1",
+    "alarms": "ingest.alarms.v1",
+}
+#: Common-format events, one topic per event type.
+EVENT_TOPICS: dict[str, str] = {
+    "telemetry": "events.telemetry.v1",
+    "alarm": "events.alarm.v1",
+}
+COMPLETIONS_TOPIC = "completions.v1"
+DEADLETTER_TOPIC = "deadletter.v1"
+RETRY_TOPIC = "retry.1.v1"
+DEVICE_STATE_TOPIC = "state.devices.v1"
+MASTER_DEVICES_TOPIC = "master.devices.v1"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """The desired shape of one topic."""
+
+    name: str
+    partitions: int = 6
+    replication_factor: int = 3
+    config: dict[str, str] = field(default_factory=dict)
+
+
+_WEEK_MS = str(7 * 24 * 3600 * 1000)
+_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+
+
+def all_topics(partitions: int = 6, replication_factor: int = 3) -> list[TopicSpec]:
+    """Return the declarative description of every topic, for a given cluster size."""
+    deleting = {"cleanup.policy": "delete", "retention.ms": _WEEK_MS}
+    names = [
+        *INGEST_TOPICS.values(),
+        *EVENT_TOPICS.values(),
+        COMPLETIONS_TOPIC,
+        DEADLETTER_TOPIC,
+        RETRY_TOPIC,
+    ]
+    specs = [TopicSpec(n, partitions, replication_factor, dict(deleting)) for n in names]
+    specs += [
+        TopicSpec(n, partitions, replication_factor, dict(_COMPACTED))
+        for n in (DEVICE_STATE_TOPIC, MASTER_DEVICES_TOPIC)
+    ]
+    return specs

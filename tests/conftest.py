@@ -1,0 +1,37 @@
+"""Session-wide real parts: one embedded Kafka-protocol broker for the whole test run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from headwater.devstack.broker import EmbeddedBroker
+from headwater.kafka_admin import ensure_topics
+from headwater.topics import TopicSpec
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of a real broker: HEADWATER_TEST_KAFKA, or an embedded Tansu."""
+    external = os.environ.get("HEADWATER_TEST_KAFKA")
+    if external:
+        yield external
+        return
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str) -> Callable[..., str]:
+    """Create a topic with a unique name and return the name."""
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}.{uuid.uuid4().hex[:12]}"
+        ensure_topics(kafka_bootstrap, [TopicSpec(name, partitions, 1, config or {})])
+        return name
+
+    return make
