@@ -83,18 +83,20 @@ class MessageResult(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., code: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., error: _Optional[_Union[MessageError, _Mapping]] = ...) -> None: ...
 
 class MessageError(_message.Message):
-    __slots__ = ("reason", "message", "retriable", "retry_delay", "field_violations")
+    __slots__ = ("reason", "message", "retriable", "retry_delay", "field_violations", "kafka_error")
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRIABLE_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     FIELD_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ERROR_FIELD_NUMBER: _ClassVar[int]
     reason: str
     message: str
     retriable: bool
     retry_delay: _duration_pb2.Duration
     field_violations: _containers.RepeatedCompositeFieldContainer[FieldViolation]
-    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., field_violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ...) -> None: ...
+    kafka_error: str
+    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., field_violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ..., kafka_error: _Optional[str] = ...) -> None: ...
 
 class FieldViolation(_message.Message):
     __slots__ = ("field", "description")

@@ -1,0 +1,52 @@
+"""The metrics of the ingest service; names carry their unit (Prometheus adds suffixes).
+
+Exported names (Prometheus): headwater_ingest_requests_total, headwater_ingest_messages_total,
+headwater_ingest_received_bytes_total, headwater_ingest_request_duration_seconds,
+headwater_ingest_produce_duration_seconds, headwater_ingest_inflight_bytes,
+headwater_ingest_inflight_requests.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.metrics import Meter
+
+from headwater.telemetry import SECONDS_BUCKETS
+
+
+class IngestMetrics:
+    """Instruments recorded by the servicer, once per call (not per message)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.requests = meter.create_counter(
+            "headwater.ingest.requests", unit="{request}", description="RPCs by endpoint and code"
+        )
+        self.messages = meter.create_counter(
+            "headwater.ingest.messages",
+            unit="{message}",
+            description="Device messages by endpoint and per-message code",
+        )
+        self.received_bytes = meter.create_counter(
+            "headwater.ingest.received",
+            unit="By",
+            description="Device message bytes by endpoint and per-message code",
+        )
+        self.request_duration = meter.create_histogram(
+            "headwater.ingest.request.duration",
+            unit="s",
+            description="Time from receiving a request (or stream frame) to answering it",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+        self.produce_duration = meter.create_histogram(
+            "headwater.ingest.produce.duration",
+            unit="s",
+            description="Time from handing a batch to the producer to the last broker ack",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+        self.inflight_bytes = meter.create_up_down_counter(
+            "headwater.ingest.inflight", unit="By", description="Request bytes being processed"
+        )
+        self.inflight_requests = meter.create_up_down_counter(
+            "headwater.ingest.inflight.requests",
+            unit="{request}",
+            description="Requests and stream frames being processed",
+        )

@@ -1,0 +1,118 @@
+"""The one long-lived Kafka producer of an ingest process.
+
+Behind the small ``RecordWriter`` interface so the produce path could move to another
+client without touching the servicer. Every await that can touch the network is bounded:
+aiokafka waits forever on a dead broker otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
+
+from headwater.kafka_settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class RecordWriter(Protocol):
+    """Writes records to Kafka and reports each broker acknowledgement."""
+
+    @property
+    def connected(self) -> bool:
+        """True once the writer has reached the cluster."""
+        ...
+
+    async def start(self) -> None:
+        """Connect; raise if the cluster cannot be reached."""
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves on the broker's ack."""
+        ...
+
+    async def stop(self, timeout_s: float) -> None:
+        """Flush what is queued (for at most ``timeout_s``) and disconnect."""
+
+
+class AiokafkaWriter:
+    """A RecordWriter on one aiokafka producer with acks=all."""
+
+    def __init__(self, settings: KafkaSettings, produce_timeout_s: float) -> None:
+        self._settings = settings
+        self._timeout_s = produce_timeout_s
+        self._producer: AIOKafkaProducer | None = None
+        self._connected = False
+
+    @property
+    def connected(self) -> bool:
+        """True once the producer has fetched cluster metadata."""
+        return self._connected
+
+    async def start(self) -> None:
+        """Create and connect the producer (idempotent); raise if unreachable."""
+        if self._connected:
+            return
+        s = self._settings
+        if not s.enable_idempotence:
+            log.warning(
+                "Kafka idempotent producer is OFF (HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false): "
+                "broker-side retries may duplicate records. Only the embedded dev broker "
+                "needs this; turn it on for real Kafka"
+            )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id="headwater-ingest",
+            acks="all",
+            enable_idempotence=s.enable_idempotence,
+            linger_ms=s.linger_ms,
+            compression_type=None if s.compression_type == "none" else s.compression_type,
+            request_timeout_ms=int(self._timeout_s * 1000),
+            max_request_size=2 * 1024 * 1024,
+            **s.aiokafka_security(),
+        )
+        try:
+            await asyncio.wait_for(producer.start(), self._timeout_s)
+        except BaseException:
+            await _close_quietly(producer)
+            raise
+        self._producer = producer
+        self._connected = True
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the future resolves with its partition and offset."""
+        if self._producer is None:
+            raise RuntimeError("writer not started")
+        return await self._producer.send(topic, value, key=key, headers=list(headers))
+
+    async def stop(self, timeout_s: float) -> None:
+        """Flush pending records for at most ``timeout_s``, then close (idempotent)."""
+        producer, self._producer, self._connected = self._producer, None, False
+        if producer is None:
+            return
+        try:
+            await asyncio.wait_for(producer.flush(), timeout_s)
+        except TimeoutError:
+            log.error(
+                "producer flush did not finish in time; unacknowledged records were never "
+                "answered OK, so gateways will resend them",
+                extra={"timeout_s": timeout_s},
+            )
+        await _close_quietly(producer)
+
+
+async def _close_quietly(producer: AIOKafkaProducer) -> None:
+    try:
+        await asyncio.wait_for(producer.stop(), 5.0)
+    except Exception:  # noqa: BLE001 - closing is best effort; the process is leaving anyway
+        log.warning("producer did not close cleanly", exc_info=True)

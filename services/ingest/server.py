@@ -1,0 +1,176 @@
+"""Build, run and drain the ingest gRPC server.
+
+Building (``IngestServer.start``) is separate from running (``serve``) so tests can bind
+port 0 and drive the server in-process. Shutdown order on SIGTERM: health NOT_SERVING,
+stop reading new stream frames, ``server.stop(grace)`` (in-flight calls finish), then
+flush and stop the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from headwater.ingest.auth import Authenticator, TokenStore
+from headwater.ingest.metrics import IngestMetrics
+from headwater.ingest.producer import AiokafkaWriter, RecordWriter
+from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
+from headwater.ingest.settings import IngestSettings
+from headwater.telemetry import Telemetry, create_telemetry
+
+log = logging.getLogger(__name__)
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+#: Bytes of protobuf framing around the messages of a request.
+_REQUEST_OVERHEAD = 64 * 1024
+
+
+def _server_credentials(settings: IngestSettings) -> grpc.ServerCredentials | None:
+    if not settings.tls_cert_file:
+        return None
+    key = Path(settings.tls_key_file).read_bytes()
+    cert = Path(settings.tls_cert_file).read_bytes()
+    client_ca = (
+        Path(settings.tls_client_ca_file).read_bytes() if settings.tls_client_ca_file else None
+    )
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+class IngestServer:
+    """One ingest process: gRPC server, health, reflection, producer and telemetry."""
+
+    def __init__(
+        self,
+        settings: IngestSettings,
+        writer: RecordWriter | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.writer = writer or AiokafkaWriter(settings.kafka, settings.produce_timeout_seconds)
+        self.telemetry = telemetry or create_telemetry("headwater-ingest")
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._servicer: IngestServicer | None = None
+        self._connector: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Bind and start serving (NOT_SERVING until Kafka is reached); return the port."""
+        s = self.settings
+        store = TokenStore(s.tokens_file) if s.tokens_file else None
+        if store:
+            store.load()  # fail fast on a missing or malformed file
+        if s.allow_unauthenticated:
+            log.warning(
+                "gateway authentication is OFF (HEADWATER_INGEST_ALLOW_UNAUTHENTICATED=true): "
+                "anyone who can reach this port can write any device. Use only on a trusted "
+                "network"
+            )
+        authenticator = Authenticator(
+            store, s.allow_unauthenticated, mtls=bool(s.tls_client_ca_file)
+        )
+        self._servicer = IngestServicer(
+            s,
+            self.writer,
+            authenticator,
+            self.telemetry.tracer_provider.get_tracer("headwater.ingest"),
+            IngestMetrics(self.telemetry.meter_provider.get_meter("headwater.ingest")),
+        )
+        max_message = s.max_batch_messages * (s.max_payload_bytes + 1024) + _REQUEST_OVERHEAD
+        server = grpc.aio.server(
+            maximum_concurrent_rpcs=s.max_concurrent_rpcs,
+            options=[
+                ("grpc.max_receive_message_length", min(s.max_request_bytes, max_message)),
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.max_connection_age_ms", 15 * 60_000),  # rebalance long-lived gateways
+                ("grpc.max_connection_age_grace_ms", 60_000),
+            ],
+        )
+        server.add_generic_rpc_handlers([self._servicer.rpc_handler()])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        credentials = _server_credentials(s)
+        if credentials:
+            self.port = server.add_secure_port(s.listen_address, credentials)
+        else:
+            self.port = server.add_insecure_port(s.listen_address)
+        await self._set_health(_NOT_SERVING)
+        await server.start()
+        self._server = server
+        self._connector = asyncio.create_task(self._connect_writer())
+        log.info(
+            "ingest service listening",
+            extra={"address": s.listen_address, "port": self.port, "tls": bool(credentials)},
+        )
+        return self.port
+
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, status)
+
+    async def _connect_writer(self) -> None:
+        """Connect the producer, retrying with backoff; SERVING once connected."""
+        delay = 0.5
+        while True:
+            try:
+                await self.writer.start()
+                break
+            except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
+                log.warning(
+                    "cannot reach Kafka yet; retrying. Check HEADWATER_KAFKA_BOOTSTRAP_SERVERS "
+                    "and that the brokers are up",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        await self._set_health(_SERVING)
+        log.info("connected to Kafka; serving", extra={"bootstrap": self.settings.kafka.bootstrap_servers})
+
+    async def ready(self, timeout: float) -> None:
+        """Wait until the producer is connected (for tests and the dev stack)."""
+        assert self._connector is not None
+        await asyncio.wait_for(asyncio.shield(self._connector), timeout)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain and stop: NOT_SERVING, finish in-flight calls, flush the producer."""
+        if self._server is None:
+            return
+        grace = self.settings.drain_grace_seconds if grace_s is None else grace_s
+        log.info("draining ingest service", extra={"grace_s": grace})
+        await self._health.enter_graceful_shutdown()
+        assert self._servicer is not None
+        self._servicer.begin_drain()
+        if self._connector:
+            self._connector.cancel()
+        await self._server.stop(grace)
+        self._server = None
+        await self.writer.stop(timeout_s=max(1.0, grace / 2))
+        self.telemetry.shutdown()
+        log.info("ingest service stopped")
+
+
+async def serve(settings: IngestSettings) -> None:
+    """Run the ingest service until SIGTERM or SIGINT, then drain and exit."""
+    telemetry = create_telemetry(
+        "headwater-ingest", prometheus_port=settings.metrics_port, set_global=True
+    )
+    server = IngestServer(settings, telemetry=telemetry)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()

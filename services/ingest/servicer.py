@@ -1,0 +1,439 @@
+"""The IngestService RPCs: authenticate, validate, write raw bytes to Kafka, answer.
+
+Handlers are registered by hand (not through the generated base class) so that each
+request arrives as raw message slices (``wire.py``): the bytes written to Kafka are the
+bytes the gateway sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.message import DecodeError
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Tracer
+
+from headwater import record_headers as rh
+from headwater.ingest import wire
+from headwater.ingest.admission import InflightBudget
+from headwater.ingest.auth import Authenticator, Gateway, check_device
+from headwater.ingest.errors import (
+    BrokerTimeoutError,
+    BrokerUnavailableError,
+    IngestError,
+    InvalidMessageError,
+    ShuttingDownError,
+)
+from headwater.ingest.metrics import IngestMetrics
+from headwater.ingest.producer import RecordWriter
+from headwater.ingest.settings import IngestSettings
+from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_kafka_error
+from headwater.ingest.status import to_rpc_status as rpc_status_of
+from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.topics import INGEST_TOPICS
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "headwater.ingest.v1.IngestService"
+#: Time kept back from the caller's deadline to send the answer before it expires.
+_ANSWER_MARGIN_S = 0.05
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One API endpoint: its RPC names, response types and ingest topic."""
+
+    name: str
+    publish_method: str
+    stream_method: str
+    publish_response: type
+    stream_response: type
+
+    @property
+    def topic(self) -> str:
+        """The ingest topic this endpoint writes to."""
+        return INGEST_TOPICS[self.name]
+
+
+ENDPOINTS = (
+    Endpoint(
+        "telemetry",
+        "PublishTelemetry",
+        "StreamTelemetry",
+        api.PublishTelemetryResponse,
+        api.StreamTelemetryResponse,
+    ),
+    Endpoint(
+        "alarms", "PublishAlarms", "StreamAlarms", api.PublishAlarmsResponse, api.StreamAlarmsResponse
+    ),
+)
+
+
+class IngestServicer:
+    """Serves the IngestService endpoints over one RecordWriter."""
+
+    def __init__(
+        self,
+        settings: IngestSettings,
+        writer: RecordWriter,
+        authenticator: Authenticator,
+        tracer: Tracer,
+        metrics: IngestMetrics,
+    ) -> None:
+        self._settings = settings
+        self._writer = writer
+        self._auth = authenticator
+        self._tracer = tracer
+        self._metrics = metrics
+        self._validator = DeviceMessageValidator(settings.max_payload_bytes)
+        self._budget = InflightBudget(
+            settings.max_inflight_bytes, settings.overload_retry_delay_ms / 1000
+        )
+        self._min_batch = batch_size_limits()[0]
+        self._draining = asyncio.Event()
+
+    def begin_drain(self) -> None:
+        """Refuse new work and end open streams once their frames are answered."""
+        self._draining.set()
+
+    def rpc_handler(self) -> grpc.GenericRpcHandler:
+        """Return the generic handler that serves every endpoint."""
+        methods: dict[str, grpc.RpcMethodHandler] = {}
+        for ep in ENDPOINTS:
+            methods[ep.publish_method] = grpc.unary_unary_rpc_method_handler(
+                functools.partial(self._publish, ep),
+                request_deserializer=wire.publish_deserializer,
+                response_serializer=ep.publish_response.SerializeToString,
+            )
+            methods[ep.stream_method] = grpc.stream_stream_rpc_method_handler(
+                functools.partial(self._stream, ep),
+                request_deserializer=wire.stream_deserializer,
+                response_serializer=ep.stream_response.SerializeToString,
+            )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
+
+    # --- RPCs -------------------------------------------------------------------------
+
+    async def _publish(
+        self, ep: Endpoint, frame: wire.RawFrame, context: grpc.aio.ServicerContext
+    ) -> object:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        parent = propagate.extract(dict(context.invocation_metadata() or ()))
+        with self._tracer.start_as_current_span(
+            f"{SERVICE_NAME}/{ep.publish_method}", context=parent, kind=SpanKind.SERVER
+        ) as span:
+            try:
+                gateway = self._authenticate(context)
+                results = await self._write_frame(ep, frame, gateway, context.time_remaining())
+                return ep.publish_response(results=results)
+            except IngestError as err:
+                code = err.code
+                span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
+                self._log_call_error(ep, err)
+                await context.abort_with_status(rpc_status_of(err))
+            finally:
+                attrs = {"endpoint": ep.name, "method": "publish", "code": code.name}
+                self._metrics.requests.add(1, attrs)
+                self._metrics.request_duration.record(time.perf_counter() - started, attrs)
+        raise AssertionError("unreachable: abort_with_status raises")
+
+    async def _stream(
+        self,
+        ep: Endpoint,
+        frames: AsyncIterator[wire.RawFrame],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[object]:
+        try:
+            gateway = self._authenticate(context)
+        except IngestError as err:
+            self._metrics.requests.add(
+                1, {"endpoint": ep.name, "method": "stream", "code": err.code.name}
+            )
+            self._log_call_error(ep, err)
+            await context.abort_with_status(rpc_status_of(err))
+            return
+        answers: asyncio.Queue[object | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read_frames(ep, frames, gateway, answers))
+        stop_reading = asyncio.create_task(self._draining.wait())
+        stop_reading.add_done_callback(lambda _: reader.cancel())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+            await reader
+        finally:
+            stop_reading.cancel()
+            reader.cancel()
+            self._metrics.requests.add(1, {"endpoint": ep.name, "method": "stream", "code": "OK"})
+
+    async def _read_frames(
+        self,
+        ep: Endpoint,
+        frames: AsyncIterator[wire.RawFrame],
+        gateway: Gateway,
+        answers: asyncio.Queue[object | None],
+    ) -> None:
+        """Answer frames concurrently, reading a new one only while the window has room.
+
+        Not reading is the flow control: HTTP/2 window updates stop, so a fast gateway
+        is slowed down instead of filling this process's memory.
+        """
+        window = asyncio.Semaphore(self._settings.stream_max_inflight_frames)
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(frame: wire.RawFrame) -> None:
+            try:
+                answers.put_nowait(await self._stream_answer(ep, frame, gateway))
+            finally:
+                window.release()
+
+        try:
+            async for frame in frames:
+                await window.acquire()
+                task = asyncio.create_task(answer(frame))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        except asyncio.CancelledError:
+            pass  # draining: stop reading, answer what was read, then end the stream
+        finally:
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            answers.put_nowait(None)
+
+    async def _stream_answer(self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway) -> object:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        with self._tracer.start_as_current_span(
+            f"{SERVICE_NAME}/{ep.stream_method} frame", kind=SpanKind.SERVER
+        ):
+            try:
+                results = await self._write_frame(ep, frame, gateway, None)
+            except IngestError as err:
+                code = err.code
+                self._log_call_error(ep, err)
+                results = [error_result("", err)] if frame.error else []
+                results += [error_result(_message_id(raw), err) for raw in frame.messages]
+        attrs = {"endpoint": ep.name, "method": "stream", "code": code.name}
+        self._metrics.request_duration.record(time.perf_counter() - started, attrs)
+        return ep.stream_response(frame_id=frame.frame_id, results=results)
+
+    # --- the write path ---------------------------------------------------------------
+
+    def _authenticate(self, context: grpc.aio.ServicerContext) -> Gateway:
+        return self._auth.authenticate(
+            context.invocation_metadata() or (), context.auth_context() or {}
+        )
+
+    def _check_frame(self, frame: wire.RawFrame) -> None:
+        if frame.error:
+            raise InvalidMessageError(frame.error, reason="MALFORMED_REQUEST")
+        count, limit = len(frame.messages), self._settings.max_batch_messages
+        if count < self._min_batch or count > limit:
+            raise InvalidMessageError(
+                f"a request carries 1 to {limit} messages; this one has {count}",
+                reason="BATCH_SIZE_OUT_OF_RANGE",
+                field_violations=[("messages", f"must have 1 to {limit} entries")],
+            )
+        if self._draining.is_set():
+            raise ShuttingDownError(
+                "this ingest replica is shutting down; retry (another replica will answer)",
+                retry_delay_s=0.1,
+            )
+        if not self._writer.connected:
+            raise BrokerUnavailableError(
+                "not connected to Kafka yet; retry later", retry_delay_s=BROKER_RETRY_DELAY_S
+            )
+
+    async def _write_frame(
+        self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway, time_remaining: float | None
+    ) -> list[api.MessageResult]:
+        """Write every valid message of a frame; return one result per message."""
+        self._check_frame(frame)
+        budget_s = self._settings.produce_timeout_seconds
+        if time_remaining is not None:
+            budget_s = max(0.0, min(budget_s, time_remaining - _ANSWER_MARGIN_S))
+        deadline = asyncio.get_running_loop().time() + budget_s
+        self._budget.acquire(frame.size)
+        self._metrics.inflight_bytes.add(frame.size)
+        self._metrics.inflight_requests.add(1)
+        try:
+            results = await self._produce_all(ep, frame, gateway, deadline)
+        finally:
+            self._budget.release(frame.size)
+            self._metrics.inflight_bytes.add(-frame.size)
+            self._metrics.inflight_requests.add(-1)
+        self._record_messages(ep, frame, results)
+        _raise_if_nothing_written(results)
+        return results
+
+    async def _produce_all(
+        self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway, deadline: float
+    ) -> list[api.MessageResult]:
+        loop = asyncio.get_running_loop()
+        results: list[api.MessageResult | None] = [None] * len(frame.messages)
+        pending: list[tuple[int, str, asyncio.Future]] = []
+        produce_started = time.perf_counter()
+        with self._tracer.start_as_current_span(
+            f"send {ep.topic}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.destination.name": ep.topic,
+                "messaging.batch.message_count": len(frame.messages),
+            },
+        ):
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            common = [
+                (rh.GATEWAY_ID, gateway.gateway_id.encode()),
+                (rh.TENANT, gateway.tenant.encode()),
+                (rh.RECEIVED_AT_MS, str(int(time.time() * 1000)).encode()),
+                (rh.ENDPOINT, ep.name.encode()),
+                *((k, v.encode()) for k, v in carrier.items()),
+            ]
+            broker_error: IngestError | None = None
+            for i, raw in enumerate(frame.messages):
+                msg, rejection = self._admit(raw, gateway)
+                if rejection is not None:
+                    results[i] = rejection
+                    continue
+                if broker_error is not None:  # the broker already failed: do not wait again
+                    results[i] = error_result(msg.message_id, broker_error)
+                    continue
+                headers = [
+                    (rh.MESSAGE_ID, msg.message_id.encode()),
+                    (rh.CONTENT_TYPE, msg.content_type.encode()),
+                    *common,
+                ]
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        future = await self._writer.send(
+                            ep.topic, msg.device_id.encode(), raw, headers
+                        )
+                except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+                    broker_error = from_kafka_error(exc)
+                    results[i] = error_result(msg.message_id, broker_error)
+                    continue
+                pending.append((i, msg.message_id, future))
+            if pending:
+                await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
+            for i, message_id, future in pending:
+                results[i] = _ack_result(message_id, future)
+        self._metrics.produce_duration.record(
+            time.perf_counter() - produce_started, {"topic": ep.topic}
+        )
+        return [r for r in results if r is not None]
+
+    def _admit(
+        self, raw: bytes, gateway: Gateway
+    ) -> tuple[device_message_pb2.DeviceMessage, api.MessageResult | None]:
+        """Parse and check one message; return it and a rejection result, if any."""
+        try:
+            msg = device_message_pb2.DeviceMessage.FromString(raw)
+        except DecodeError:
+            err = InvalidMessageError(
+                "message is not a valid headwater.device.v1.DeviceMessage",
+                reason="MALFORMED_MESSAGE",
+            )
+            return device_message_pb2.DeviceMessage(), error_result("", err)
+        violations = self._validator.violations(msg)
+        if violations:
+            only_payload = all(f == "payload" for f, _ in violations) and msg.payload
+            err = InvalidMessageError(
+                "; ".join(f"{f} {d}" for f, d in violations),
+                reason="PAYLOAD_TOO_LARGE" if only_payload else "INVALID_MESSAGE",
+                field_violations=violations,
+            )
+            return msg, error_result(msg.message_id, err)
+        try:
+            check_device(gateway, msg.device_id)
+        except IngestError as err:
+            return msg, error_result(msg.message_id, err)
+        return msg, None
+
+    def _record_messages(
+        self, ep: Endpoint, frame: wire.RawFrame, results: list[api.MessageResult]
+    ) -> None:
+        by_code: dict[int, tuple[int, int]] = {}
+        for raw, result in zip(frame.messages, results, strict=False):
+            count, size = by_code.get(result.code, (0, 0))
+            by_code[result.code] = (count + 1, size + len(raw))
+        for code, (count, size) in by_code.items():
+            attrs = {"endpoint": ep.name, "code": _CODE_NAMES[code]}
+            self._metrics.messages.add(count, attrs)
+            self._metrics.received_bytes.add(size, attrs)
+
+    def _log_call_error(self, ep: Endpoint, err: IngestError) -> None:
+        level = logging.WARNING if err.infrastructure else logging.INFO
+        log.log(
+            level,
+            err.message,
+            extra={"endpoint": ep.name, "code": err.code.name, "reason": err.reason},
+        )
+
+
+def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
+    if not future.done():
+        # Retrieve the outcome later so a late failure is not reported as never-retrieved.
+        future.add_done_callback(_swallow)
+        return error_result(
+            message_id,
+            BrokerTimeoutError(
+                "no broker acknowledgement within the deadline; the message may or may not "
+                "be stored, resend it with the same message_id",
+                retry_delay_s=BROKER_RETRY_DELAY_S,
+            ),
+        )
+    exc = future.exception()
+    if exc is not None:
+        return error_result(message_id, from_kafka_error(exc))
+    md = future.result()
+    return api.MessageResult(message_id=message_id, code=0, partition=md.partition, offset=md.offset)
+
+
+def _swallow(future: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        future.exception()
+
+
+def _raise_if_nothing_written(results: list[api.MessageResult]) -> None:
+    """Fail the whole call when the broker (not the messages) kept every one out.
+
+    Gateways' standard retry policies then see UNAVAILABLE / DEADLINE_EXCEEDED directly.
+    """
+    if any(r.code == 0 for r in results):
+        return
+    for r in results:
+        if r.error.reason in _INFRA_REASONS:
+            raise _INFRA_REASONS[r.error.reason](
+                r.error.message,
+                reason=r.error.reason,
+                retry_delay_s=BROKER_RETRY_DELAY_S,
+                kafka_error=r.error.kafka_error,
+            )
+
+
+_INFRA_REASONS: dict[str, Callable[..., IngestError]] = {
+    BrokerUnavailableError.reason: BrokerUnavailableError,
+    BrokerTimeoutError.reason: BrokerTimeoutError,
+}
+
+
+_CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+def _message_id(raw: bytes) -> str:
+    try:
+        return device_message_pb2.DeviceMessage.FromString(raw).message_id
+    except DecodeError:
+        return ""
+

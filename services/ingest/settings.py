@@ -1,0 +1,107 @@
+"""Settings of the ingest service, read once from ``HEADWATER_INGEST_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from headwater.kafka_settings import KafkaSettings
+from headwater.settings_env import SettingError, env_bool, env_float, env_int, env_str
+
+#: The contract's own ceiling (proto field rules); settings may only lower it.
+CONTRACT_MAX_PAYLOAD_BYTES = 262_144
+CONTRACT_MAX_BATCH_MESSAGES = 500
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Everything the ingest service can be configured with (see the README's table)."""
+
+    listen_address: str = "[::]:50051"
+    metrics_port: int = 9464
+    tokens_file: str = ""
+    allow_unauthenticated: bool = False
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    max_payload_bytes: int = CONTRACT_MAX_PAYLOAD_BYTES
+    max_batch_messages: int = CONTRACT_MAX_BATCH_MESSAGES
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_inflight_bytes: int = 64 * 1024 * 1024
+    max_concurrent_rpcs: int = 1024
+    stream_max_inflight_frames: int = 8
+    overload_retry_delay_ms: int = 250
+    produce_timeout_seconds: float = 10.0
+    drain_grace_seconds: float = 20.0
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> IngestSettings:
+        """Read the settings from the environment; raise SettingError on a bad value."""
+        env = os.environ if env is None else env
+        settings = cls(
+            listen_address=env_str(env, "HEADWATER_INGEST_LISTEN_ADDRESS", cls.listen_address),
+            metrics_port=env_int(env, "HEADWATER_INGEST_METRICS_PORT", cls.metrics_port),
+            tokens_file=env_str(env, "HEADWATER_INGEST_TOKENS_FILE", ""),
+            allow_unauthenticated=env_bool(env, "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED", False),
+            tls_cert_file=env_str(env, "HEADWATER_INGEST_TLS_CERT_FILE", ""),
+            tls_key_file=env_str(env, "HEADWATER_INGEST_TLS_KEY_FILE", ""),
+            tls_client_ca_file=env_str(env, "HEADWATER_INGEST_TLS_CLIENT_CA_FILE", ""),
+            max_payload_bytes=env_int(
+                env, "HEADWATER_INGEST_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, 1
+            ),
+            max_batch_messages=env_int(
+                env, "HEADWATER_INGEST_MAX_BATCH_MESSAGES", cls.max_batch_messages, 1
+            ),
+            max_request_bytes=env_int(
+                env, "HEADWATER_INGEST_MAX_REQUEST_BYTES", cls.max_request_bytes, 1024
+            ),
+            max_inflight_bytes=env_int(
+                env, "HEADWATER_INGEST_MAX_INFLIGHT_BYTES", cls.max_inflight_bytes, 1024
+            ),
+            max_concurrent_rpcs=env_int(
+                env, "HEADWATER_INGEST_MAX_CONCURRENT_RPCS", cls.max_concurrent_rpcs, 1
+            ),
+            stream_max_inflight_frames=env_int(
+                env, "HEADWATER_INGEST_STREAM_MAX_INFLIGHT_FRAMES", 8, 1
+            ),
+            overload_retry_delay_ms=env_int(env, "HEADWATER_INGEST_OVERLOAD_RETRY_DELAY_MS", 250),
+            produce_timeout_seconds=env_float(
+                env, "HEADWATER_INGEST_PRODUCE_TIMEOUT_SECONDS", cls.produce_timeout_seconds, 0.1
+            ),
+            drain_grace_seconds=env_float(
+                env, "HEADWATER_INGEST_DRAIN_GRACE_SECONDS", cls.drain_grace_seconds
+            ),
+            kafka=KafkaSettings.from_env(env),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Reject combinations that cannot work, with a message that says what to change."""
+        if self.max_payload_bytes > CONTRACT_MAX_PAYLOAD_BYTES:
+            raise SettingError(
+                f"HEADWATER_INGEST_MAX_PAYLOAD_BYTES={self.max_payload_bytes} exceeds the "
+                f"contract's {CONTRACT_MAX_PAYLOAD_BYTES}"
+            )
+        if self.max_batch_messages > CONTRACT_MAX_BATCH_MESSAGES:
+            raise SettingError(
+                f"HEADWATER_INGEST_MAX_BATCH_MESSAGES={self.max_batch_messages} exceeds the "
+                f"contract's {CONTRACT_MAX_BATCH_MESSAGES}"
+            )
+        if not self.tokens_file and not self.tls_client_ca_file and not self.allow_unauthenticated:
+            raise SettingError(
+                "no gateway authentication configured: set HEADWATER_INGEST_TOKENS_FILE "
+                "and/or HEADWATER_INGEST_TLS_CLIENT_CA_FILE, or set "
+                "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED=true for a trusted network only"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingError(
+                "set both HEADWATER_INGEST_TLS_CERT_FILE and HEADWATER_INGEST_TLS_KEY_FILE"
+            )
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise SettingError(
+                "HEADWATER_INGEST_TLS_CLIENT_CA_FILE (mTLS) needs HEADWATER_INGEST_TLS_CERT_FILE "
+                "and HEADWATER_INGEST_TLS_KEY_FILE"
+            )

@@ -1,0 +1,126 @@
+"""Check device messages against the rules written next to their fields in proto/.
+
+The rules are read from the ``(headwater.options.v1.rules)`` field options of the
+generated descriptors, so the contract and these checks cannot drift apart. Settings may
+tighten the payload limit below the contract's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.options.v1 import field_rules_pb2
+
+_RULES_EXT = field_rules_pb2.rules
+
+
+@dataclass(frozen=True)
+class FieldCheck:
+    """The compiled rules of one field."""
+
+    name: str
+    rules: field_rules_pb2.FieldRules
+    pattern: re.Pattern[str] | None
+    is_map: bool
+    is_message: bool
+
+
+def compile_checks(descriptor: Descriptor) -> list[FieldCheck]:
+    """Return the checks of every field of ``descriptor`` that carries rules."""
+    checks = []
+    for fd in descriptor.fields:
+        options = fd.GetOptions()
+        if not options.HasExtension(_RULES_EXT):
+            continue
+        rules = options.Extensions[_RULES_EXT]
+        is_map = fd.message_type is not None and fd.message_type.GetOptions().map_entry
+        checks.append(
+            FieldCheck(
+                name=fd.name,
+                rules=rules,
+                pattern=re.compile(rules.pattern) if rules.pattern else None,
+                is_map=bool(is_map),
+                is_message=fd.type == FieldDescriptor.TYPE_MESSAGE and not is_map,
+            )
+        )
+    return checks
+
+
+def _length_violation(value: str | bytes, rules: field_rules_pb2.FieldRules) -> str | None:
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    if rules.max_len and len(value) > rules.max_len:
+        return f"is {len(value)} {unit} long; at most {rules.max_len} allowed"
+    if rules.min_len and len(value) < rules.min_len:
+        return f"is {len(value)} {unit} long; at least {rules.min_len} required"
+    return None
+
+
+def _check_field(msg: Message, check: FieldCheck) -> list[tuple[str, str]]:
+    rules, name = check.rules, check.name
+    value = getattr(msg, name)
+    if check.is_map:
+        found = []
+        if rules.max_entries and len(value) > rules.max_entries:
+            found.append((name, f"has {len(value)} entries; at most {rules.max_entries} allowed"))
+        for key, item in value.items():
+            if not key or (rules.max_key_len and len(key) > rules.max_key_len):
+                found.append((f"{name}[{key[:32]}]", f"key must be 1-{rules.max_key_len} chars"))
+            if rules.max_value_len and len(item) > rules.max_value_len:
+                found.append(
+                    (f"{name}[{key[:32]}]", f"value longer than {rules.max_value_len} chars")
+                )
+        return found
+    if check.is_message:
+        if rules.required and not msg.HasField(name):
+            return [(name, "is required")]
+        return []
+    if rules.required and not value:
+        return [(name, "is required")]
+    if not value:
+        return []
+    problem = _length_violation(value, rules)
+    if problem:
+        return [(name, problem)]
+    if check.pattern and not check.pattern.fullmatch(value):
+        return [(name, f"must match {rules.pattern}")]
+    return []
+
+
+class DeviceMessageValidator:
+    """Validate DeviceMessages against the contract's rules and the configured limits."""
+
+    def __init__(self, max_payload_bytes: int) -> None:
+        self._checks = compile_checks(device_message_pb2.DeviceMessage.DESCRIPTOR)
+        self.max_payload_bytes = max_payload_bytes
+
+    def violations(self, msg: device_message_pb2.DeviceMessage) -> list[tuple[str, str]]:
+        """Return (field, description) for every rule ``msg`` breaks; empty when valid."""
+        found: list[tuple[str, str]] = []
+        for check in self._checks:
+            found += _check_field(msg, check)
+        too_large = len(msg.payload) > self.max_payload_bytes
+        if too_large and not any(field == "payload" for field, _ in found):
+            found.append(
+                (
+                    "payload",
+                    f"is {len(msg.payload)} bytes; this server accepts at most "
+                    f"{self.max_payload_bytes}",
+                )
+            )
+        if msg.HasField("device_time") and not 0 <= msg.device_time.seconds < 253402300800:
+            found.append(("device_time", "must be between 1970-01-01 and 9999-12-31"))
+        return found
+
+
+def batch_size_limits() -> tuple[int, int]:
+    """Return the (min, max) entries the contract allows in one publish request."""
+    from headwater.proto.ingest.v1 import ingest_messages_pb2
+
+    fd = ingest_messages_pb2.PublishTelemetryRequest.DESCRIPTOR.fields_by_name["messages"]
+    rules = fd.GetOptions().Extensions[_RULES_EXT]
+    return rules.min_entries, rules.max_entries

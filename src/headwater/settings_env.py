@@ -1,0 +1,49 @@
+"""Read typed settings from environment variables, with errors that name the variable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value that cannot be used."""
+
+
+def env_str(env: Mapping[str, str], name: str, default: str) -> str:
+    """Return ``env[name]`` stripped, or ``default`` when unset or empty."""
+    value = env.get(name, "").strip()
+    return value or default
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    """Return ``env[name]`` as an int of at least ``minimum``."""
+    raw = env_str(env, name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise SettingError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    """Return ``env[name]`` as a float of at least ``minimum``."""
+    raw = env_str(env, name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise SettingError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """Return ``env[name]`` as a bool (true/false, 1/0, yes/no)."""
+    raw = env_str(env, name, "true" if default else "false").lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SettingError(f"{name}={raw!r} is not a boolean (use true or false)")
