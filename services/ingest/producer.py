@@ -114,5 +114,5 @@ class AiokafkaWriter:
 async def _close_quietly(producer: AIOKafkaProducer) -> None:
     try:
         await asyncio.wait_for(producer.stop(), 5.0)
-    except Exception:  # noqa: BLE001 - closing is best effort; the process is leaving anyway
+    except Exception:
         log.warning("producer did not close cleanly", exc_info=True)

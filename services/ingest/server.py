@@ -16,12 +16,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
 from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
+
 from headwater.telemetry import Telemetry, create_telemetry
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class IngestServer:
             try:
                 await self.writer.start()
                 break
-            except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
+            except Exception as exc:
                 log.warning(
                     "cannot reach Kafka yet; retrying. Check HEADWATER_KAFKA_BOOTSTRAP_SERVERS "
                     "and that the brokers are up",
@@ -136,12 +136,15 @@ class IngestServer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
         await self._set_health(_SERVING)
-        log.info("connected to Kafka; serving", extra={"bootstrap": self.settings.kafka.bootstrap_servers})
+        log.info(
+            "connected to Kafka; serving",
+            extra={"bootstrap": self.settings.kafka.bootstrap_servers},
+        )
 
-    async def ready(self, timeout: float) -> None:
+    async def ready(self, within_s: float) -> None:
         """Wait until the producer is connected (for tests and the dev stack)."""
         assert self._connector is not None
-        await asyncio.wait_for(asyncio.shield(self._connector), timeout)
+        await asyncio.wait_for(asyncio.shield(self._connector), within_s)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain and stop: NOT_SERVING, finish in-flight calls, flush the producer."""

@@ -17,10 +17,6 @@ from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import DecodeError
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Tracer
-
-from headwater import record_headers as rh
 from headwater.ingest import wire
 from headwater.ingest.admission import InflightBudget
 from headwater.ingest.auth import Authenticator, Gateway, check_device
@@ -37,6 +33,10 @@ from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_kafka_error
 from headwater.ingest.status import to_rpc_status as rpc_status_of
 from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Tracer
+
+from headwater import record_headers as rh
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS
@@ -73,7 +73,11 @@ ENDPOINTS = (
         api.StreamTelemetryResponse,
     ),
     Endpoint(
-        "alarms", "PublishAlarms", "StreamAlarms", api.PublishAlarmsResponse, api.StreamAlarmsResponse
+        "alarms",
+        "PublishAlarms",
+        "StreamAlarms",
+        api.PublishAlarmsResponse,
+        api.StreamAlarmsResponse,
     ),
 )
 
@@ -319,7 +323,7 @@ class IngestServicer:
                         future = await self._writer.send(
                             ep.topic, msg.device_id.encode(), raw, headers
                         )
-                except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+                except Exception as exc:
                     broker_error = from_kafka_error(exc)
                     results[i] = error_result(msg.message_id, broker_error)
                     continue
@@ -397,7 +401,9 @@ def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
     if exc is not None:
         return error_result(message_id, from_kafka_error(exc))
     md = future.result()
-    return api.MessageResult(message_id=message_id, code=0, partition=md.partition, offset=md.offset)
+    return api.MessageResult(
+        message_id=message_id, code=0, partition=md.partition, offset=md.offset
+    )
 
 
 def _swallow(future: asyncio.Future) -> None:
@@ -436,4 +442,3 @@ def _message_id(raw: bytes) -> str:
         return device_message_pb2.DeviceMessage.FromString(raw).message_id
     except DecodeError:
         return ""
-

@@ -15,7 +15,6 @@ from aiokafka import errors as kafka_errors
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-
 from headwater.ingest.errors import (
     BrokerAuthorizationError,
     BrokerTimeoutError,
@@ -24,6 +23,7 @@ from headwater.ingest.errors import (
     OverloadedError,
     RecordTooLargeError,
 )
+
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 ERROR_DOMAIN = "ingest.headwater.dev"
@@ -116,9 +116,7 @@ def to_rpc_status(err: IngestError) -> grpc.Status:
         any_detail.Pack(detail)
         packed.append(any_detail)
     code = getattr(code_pb2, err.code.name)
-    return rpc_status.to_status(
-        status_pb2.Status(code=code, message=err.message, details=packed)
-    )
+    return rpc_status.to_status(status_pb2.Status(code=code, message=err.message, details=packed))
 
 
 def error_result(message_id: str, err: IngestError) -> api.MessageResult:

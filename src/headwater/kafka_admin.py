@@ -40,7 +40,10 @@ def ensure_topics(
                 reports.append(TopicReport(spec.name, "ok"))
     if missing:
         futures = admin.create_topics(
-            [NewTopic(s.name, s.partitions, s.replication_factor, config=s.config) for s in missing],
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, config=s.config)
+                for s in missing
+            ],
             operation_timeout=timeout,
         )
         for name, future in futures.items():

@@ -42,14 +42,12 @@ class Telemetry:
 def create_telemetry(
     service_name: str,
     prometheus_port: int = 0,
-    prometheus_host: str = "0.0.0.0",  # noqa: S104 - scraped from other pods
+    prometheus_host: str = "0.0.0.0",
     extra_readers: tuple[MetricReader, ...] = (),
     set_global: bool = False,
 ) -> Telemetry:
     """Build providers for ``service_name``; optionally make them the process globals."""
-    resource = Resource.create(
-        {"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)}
-    )
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})
     tracer_provider = TracerProvider(resource=resource)
     readers: list[MetricReader] = list(extra_readers)
     servers: list[Any] = []

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
-
 from headwater.ingest.auth import hash_token
 from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
+
 from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
@@ -108,7 +108,7 @@ async def start_ingest() -> AsyncIterator[Callable[..., Awaitable[RunningIngest]
         server = IngestServer(settings, telemetry=create_telemetry("test-ingest"), **kw)
         await server.start()
         if wait_ready:
-            await server.ready(timeout=15)
+            await server.ready(within_s=15)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
         running = RunningIngest(server, channel, ingest_service_pb2_grpc.IngestServiceStub(channel))
         started.append(running)
@@ -131,7 +131,11 @@ async def ingest(
 def read_record(kafka_bootstrap: str) -> Iterator[Callable[[str, int, int], object]]:
     """Read the record at (topic, partition, offset) from the broker."""
     consumer = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": "test-reader", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": "test-reader",
+            "enable.auto.commit": False,
+        }
     )
 
     def read(topic: str, partition: int, offset: int) -> object:
@@ -145,4 +149,3 @@ def read_record(kafka_bootstrap: str) -> Iterator[Callable[[str, int, int], obje
 
     yield read
     consumer.close()
-

@@ -7,23 +7,23 @@ import dataclasses
 
 import grpc
 import pytest
-
 from headwater.ingest.auth import TokensFileError, hash_token, parse_tokens
+
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 
 from .conftest import TOKENS_YAML, bearer, device_message
-from .tls_certs import issue, make_ca, write_pem
 from .test_limits_and_errors import details_of
+from .tls_certs import issue, make_ca, write_pem
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 
 
-async def publish(stub, device_id="acme-001", metadata=None, timeout=10):
+async def publish(stub, device_id="acme-001", metadata=None, deadline_s=10):
     return await stub.PublishTelemetry(
         api.PublishTelemetryRequest(messages=[device_message(device_id)]),
         metadata=metadata,
-        timeout=timeout,
+        timeout=deadline_s,
     )
 
 
@@ -48,7 +48,9 @@ async def test_stream_with_bad_credentials_is_unauthenticated(ingest):
         yield api.StreamTelemetryRequest(frame_id=1, messages=[device_message()])
 
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in ingest.stub.StreamTelemetry(frames(), metadata=bearer("gw-revoked"), timeout=10):
+        async for _ in ingest.stub.StreamTelemetry(
+            frames(), metadata=bearer("gw-revoked"), timeout=10
+        ):
             pass
     assert err.value.code() == UNAUTHENTICATED
 
@@ -63,7 +65,11 @@ async def test_gateway_of_tenant_a_cannot_send_a_device_of_tenant_b(ingest):
 
 async def test_tokens_file_is_reloaded_when_it_changes(ingest, tokens_file):
     assert (await publish(ingest.stub, metadata=bearer("gw-a"))).results[0].code == 0
-    revoked = TOKENS_YAML.replace('devices: ["acme-*"]\n  - id: gw-b', 'devices: ["acme-*"]\n    revoked: true\n  - id: gw-b', 1)
+    revoked = TOKENS_YAML.replace(
+        'devices: ["acme-*"]\n  - id: gw-b',
+        'devices: ["acme-*"]\n    revoked: true\n  - id: gw-b',
+        1,
+    )
     assert revoked != TOKENS_YAML
     tmp = tokens_file.with_suffix(".new")
     tmp.write_text(revoked)
@@ -82,7 +88,9 @@ async def test_tokens_file_is_reloaded_when_it_changes(ingest, tokens_file):
 async def test_a_broken_tokens_file_keeps_the_previous_table(ingest, tokens_file):
     tokens_file.write_text("gateways: [ {id: }")  # malformed YAML
     await asyncio.sleep(1.2)
-    assert (await publish(ingest.stub, metadata=bearer("gw-b"), device_id="globex-1")).results[0].code == 0
+    assert (await publish(ingest.stub, metadata=bearer("gw-b"), device_id="globex-1")).results[
+        0
+    ].code == 0
 
 
 async def test_unauthenticated_mode_needs_the_explicit_flag(ingest_settings, start_ingest):
@@ -167,11 +175,13 @@ async def test_mtls_certificate_identity_is_the_gateway_id(mtls_ingest):
 
 async def test_mtls_without_a_client_certificate_is_refused(mtls_ingest):
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await publish(mtls_ingest(None), metadata=bearer(), timeout=5)
+        await publish(mtls_ingest(None), metadata=bearer(), deadline_s=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the TLS handshake fails
 
 
-@pytest.mark.parametrize(("client", "reason"), [("gw-unknown", "UNKNOWN_GATEWAY"), ("gw-revoked", "REVOKED_CREDENTIALS")])
+@pytest.mark.parametrize(
+    ("client", "reason"), [("gw-unknown", "UNKNOWN_GATEWAY"), ("gw-revoked", "REVOKED_CREDENTIALS")]
+)
 async def test_mtls_certificate_of_an_unknown_or_revoked_gateway(mtls_ingest, client, reason):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await publish(mtls_ingest(client))

@@ -1,0 +1,36 @@
+# Headwater: the two commands are `make run` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+ARGS   ?=
+
+.PHONY: install run test lint protos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install Headwater with its dev tools
+
+run: $(STAMP) ## the whole pipeline on the embedded broker with a simulated fleet
+	$(BIN)/headwater devstack run $(ARGS)
+
+test: $(STAMP) ## the whole test suite against a real broker and a local Spark
+	$(BIN)/pytest $(ARGS)
+
+lint: $(STAMP) ## ruff, formatting and buf lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/buf lint
+
+protos: $(STAMP) ## regenerate src/headwater/proto from proto/
+	$(BIN)/python scripts/generate_protos.py
+
+bench: $(STAMP) ## the ingest benchmark (numbers go to docs/benchmarks.md)
+	$(BIN)/headwater bench ingest $(ARGS)
+
+clean:
+	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info

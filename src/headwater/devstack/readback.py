@@ -1,0 +1,73 @@
+"""Read topics back after a dev-stack run and check them against what was acknowledged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from headwater import record_headers as rh
+
+
+def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> Iterator[Message]:
+    """Yield every record of ``topic`` from the log start to the current end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "headwater-devstack-readback",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return
+        remaining: dict[int, int] = {}
+        assignment = []
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high > low:
+                remaining[partition] = high
+                assignment.append(TopicPartition(topic, partition, low))
+        consumer.assign(assignment)
+        deadline = time.monotonic() + timeout_s
+        while remaining and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error():
+                    continue
+                yield msg
+                if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
+                    remaining.pop(msg.partition(), None)
+    finally:
+        consumer.close()
+
+
+@dataclass
+class IngestReadback:
+    """Every message id found in the ingest topics, with its coordinates."""
+
+    found: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    records: int = 0
+    received_at_ms: dict[str, int] = field(default_factory=dict)
+
+
+def read_ingest(bootstrap_servers: str, topics: list[str]) -> IngestReadback:
+    """Collect the message ids in the ingest topics (repeats keep the first coordinate)."""
+    result = IngestReadback()
+    for topic in topics:
+        for msg in read_topic(bootstrap_servers, topic):
+            result.records += 1
+            headers = dict(msg.headers() or [])
+            message_id = headers.get(rh.MESSAGE_ID, b"").decode()
+            result.found.setdefault(message_id, (topic, msg.partition(), msg.offset()))
+            received = headers.get(rh.RECEIVED_AT_MS)
+            if received:
+                result.received_at_ms.setdefault(message_id, int(received))
+    return result
+
+
+def missing_acks(acked: dict[str, tuple[str, int, int]], readback: IngestReadback) -> list[str]:
+    """Return the message ids answered OK that are not in Kafka."""
+    return [message_id for message_id in acked if message_id not in readback.found]

@@ -1,0 +1,117 @@
+"""The dev stack's closing summary: what the fleet saw, what Kafka holds, what was enriched."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.devstack.fleet import FleetStats
+from headwater.devstack.readback import IngestReadback, read_topic
+from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+from headwater.topics import (
+    COMPLETIONS_TOPIC,
+    DEADLETTER_TOPIC,
+    DEVICE_STATE_TOPIC,
+    EVENT_TOPICS,
+    RETRY_TOPIC,
+)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Return the q-th percentile (0-100) of ``values``, 0 when empty."""
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+@dataclass
+class EnrichedOutput:
+    """What the enricher wrote, read back from its topics."""
+
+    events: int = 0
+    completions: Counter[str] = field(default_factory=Counter)
+    terminal_message_ids: set[str] = field(default_factory=set)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    retries: int = 0
+    state_snapshots: int = 0
+    end_to_end_ms: list[float] = field(default_factory=list)
+
+
+def read_enriched(bootstrap: str, received_at_ms: dict[str, int]) -> EnrichedOutput:
+    """Read the enricher's topics; end-to-end latency is ingest receipt -> completion."""
+    out = EnrichedOutput()
+    for topic in EVENT_TOPICS.values():
+        out.events += sum(1 for _ in read_topic(bootstrap, topic))
+    for msg in read_topic(bootstrap, COMPLETIONS_TOPIC):
+        completion = completion_pb2.Completion.FromString(msg.value())
+        outcome = completion_pb2.Outcome.Name(completion.outcome).removeprefix("OUTCOME_")
+        out.completions[outcome] += 1
+        if completion.outcome != completion_pb2.OUTCOME_RETRY_SCHEDULED:
+            out.terminal_message_ids.add(completion.message_id)
+            received = received_at_ms.get(completion.message_id)
+            if received and completion.outcome == completion_pb2.OUTCOME_ENRICHED:
+                out.end_to_end_ms.append(msg.timestamp()[1] - received)
+    for msg in read_topic(bootstrap, DEADLETTER_TOPIC):
+        out.dead_letters[dead_letter_pb2.DeadLetter.FromString(msg.value()).reason] += 1
+    out.retries = sum(1 for _ in read_topic(bootstrap, RETRY_TOPIC))
+    out.state_snapshots = sum(1 for _ in read_topic(bootstrap, DEVICE_STATE_TOPIC))
+    return out
+
+
+def build_summary(
+    stats: FleetStats,
+    readback: IngestReadback,
+    missing: list[str],
+    duration_s: float,
+    enriched: EnrichedOutput | None,
+) -> dict[str, Any]:
+    """Return the summary as a dict (printed as a table and as JSON)."""
+    latencies_ms = [s * 1000 for s in stats.call_latencies_s]
+    summary: dict[str, Any] = {
+        "duration_s": round(duration_s, 1),
+        "sent": stats.sent,
+        "acked": len(stats.acked),
+        "rejected": dict(stats.rejected.most_common()),
+        "duplicates_sent": stats.duplicates_sent,
+        "poison_sent": stats.poison_sent,
+        "throughput_msgs_per_s": round(len(stats.acked) / duration_s, 1) if duration_s else 0,
+        "call_latency_p50_ms": round(percentile(latencies_ms, 50), 2),
+        "call_latency_p99_ms": round(percentile(latencies_ms, 99), 2),
+        "ingest_records_in_kafka": readback.records,
+        "acked_but_missing_in_kafka": len(missing),
+    }
+    if enriched is not None:
+        summary["enricher"] = {
+            "events": enriched.events,
+            "completions": dict(enriched.completions),
+            "dead_letters": dict(enriched.dead_letters),
+            "retries": enriched.retries,
+            "state_snapshots": enriched.state_snapshots,
+            "messages_without_terminal_completion": len(
+                set(readback.found) - enriched.terminal_message_ids
+            ),
+            "end_to_end_p50_ms": round(percentile(enriched.end_to_end_ms, 50), 1),
+            "end_to_end_p99_ms": round(percentile(enriched.end_to_end_ms, 99), 1),
+        }
+    return summary
+
+
+def render(summary: dict[str, Any]) -> str:
+    """Render the summary as an aligned, human-readable block."""
+    lines = ["", "Headwater dev stack summary", "=" * 27]
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            if not value:
+                lines.append(f"{prefix:<42} -")
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, item)
+        else:
+            lines.append(f"{prefix:<42} {value}")
+
+    walk("", summary)
+    return "\n".join(lines)
