@@ -49,7 +49,9 @@ def test_generated_code_is_up_to_date(tmp_path):
     extra = [
         str(p.relative_to(committed))
         for p in committed.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and not (out / p.relative_to(committed)).exists()
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not (out / p.relative_to(committed)).exists()
     ]
     assert not stale and not extra, (
         f"generated code is stale (run `make protos`): changed {stale}, extra {extra}"

@@ -27,7 +27,9 @@ async def test_serving_once_the_producer_is_connected(ingest):
 async def test_not_serving_until_kafka_is_reached(ingest_settings, start_ingest):
     dead = dataclasses.replace(
         ingest_settings,
-        kafka=dataclasses.replace(ingest_settings.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"),
+        kafka=dataclasses.replace(
+            ingest_settings.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"
+        ),
     )
     running = await start_ingest(dead, wait_ready=False)
     assert await check(running.channel) == NOT_SERVING

@@ -9,13 +9,13 @@ import pytest
 from aiokafka import errors as kafka_errors
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-
-from headwater.devstack.broker import free_port
 from headwater.ingest import status
 from headwater.ingest.errors import BrokerTimeoutError, OverloadedError
+from headwater.ingest.settings import IngestSettings
+
+from headwater.devstack.broker import free_port
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.settings_env import SettingError
-from headwater.ingest.settings import IngestSettings
 
 from .conftest import bearer, device_message
 
@@ -151,7 +151,9 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
 ):
     dead = dataclasses.replace(
         ingest_settings,
-        kafka=dataclasses.replace(ingest_settings.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"),
+        kafka=dataclasses.replace(
+            ingest_settings.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"
+        ),
     )
     running = await start_ingest(dead, wait_ready=False)
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -204,11 +206,17 @@ def test_status_carries_error_info_with_the_kafka_error_name():
         ({}, "no gateway authentication configured"),
         ({"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "maybe"}, "is not a boolean"),
         (
-            {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_MAX_PAYLOAD_BYTES": "999999"},
+            {
+                "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1",
+                "HEADWATER_INGEST_MAX_PAYLOAD_BYTES": "999999",
+            },
             "exceeds the contract",
         ),
         (
-            {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_MAX_BATCH_MESSAGES": "x"},
+            {
+                "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1",
+                "HEADWATER_INGEST_MAX_BATCH_MESSAGES": "x",
+            },
             "is not an integer",
         ),
         (

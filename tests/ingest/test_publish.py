@@ -97,7 +97,9 @@ async def test_stream_answers_every_frame_with_one_result_per_message(ingest, re
         for frame in frames:
             yield frame
 
-    answers = [a async for a in ingest.stub.StreamTelemetry(requests(), metadata=bearer(), timeout=20)]
+    answers = [
+        a async for a in ingest.stub.StreamTelemetry(requests(), metadata=bearer(), timeout=20)
+    ]
     assert sorted(a.frame_id for a in answers) == list(range(20))
     by_frame = {a.frame_id: a for a in answers}
     for frame in frames:

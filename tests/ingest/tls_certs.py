@@ -31,7 +31,9 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def make_ca(cn: str = "headwater-test-ca") -> tuple[Pem, ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_ca(
+    cn: str = "headwater-test-ca",
+) -> tuple[Pem, ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -48,7 +50,9 @@ def make_ca(cn: str = "headwater-test-ca") -> tuple[Pem, ec.EllipticCurvePrivate
     return Pem(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)), key, cert
 
 
-def issue(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, cn: str, server: bool) -> Pem:
+def issue(
+    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, cn: str, server: bool
+) -> Pem:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
