@@ -145,3 +145,16 @@ def _varint(n: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+async def test_gateway_trace_context_reaches_the_record_headers(ingest, read_record):
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    metadata = [*bearer(), ("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01")]
+    response = await ingest.stub.PublishTelemetry(
+        api.PublishTelemetryRequest(messages=[device_message()]), metadata=metadata, timeout=10
+    )
+    r = response.results[0]
+    headers = dict(read_record("ingest.telemetry.v1", r.partition, r.offset).headers())
+    version, header_trace, span_id, flags = headers["traceparent"].decode().split("-")
+    assert (version, header_trace, flags) == ("00", trace_id, "01")
+    assert span_id != "00f067aa0ba902b7"  # the producer span's own id, a child of the call
