@@ -21,10 +21,11 @@ run: $(STAMP) ## the whole pipeline on the embedded broker with a simulated flee
 test: $(STAMP) ## the whole test suite against a real broker and a local Spark
 	$(BIN)/pytest $(ARGS)
 
-lint: $(STAMP) ## ruff, formatting and buf lint
+lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/buf lint
+	$(BIN)/mypy services src/headwater
 
 protos: $(STAMP) ## regenerate src/headwater/proto from proto/
 	$(BIN)/python scripts/generate_protos.py

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -55,8 +56,8 @@ class Endpoint:
     name: str
     publish_method: str
     stream_method: str
-    publish_response: type
-    stream_response: type
+    publish_response: Any  # a generated response message class
+    stream_response: Any
 
     @property
     def topic(self) -> str:

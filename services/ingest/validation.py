@@ -35,9 +35,9 @@ def compile_checks(descriptor: Descriptor) -> list[FieldCheck]:
     checks = []
     for fd in descriptor.fields:
         options = fd.GetOptions()
-        if not options.HasExtension(_RULES_EXT):
+        if not options.HasExtension(_RULES_EXT):  # type: ignore[arg-type]
             continue
-        rules = options.Extensions[_RULES_EXT]
+        rules: field_rules_pb2.FieldRules = options.Extensions[_RULES_EXT]  # type: ignore[index]
         is_map = fd.message_type is not None and fd.message_type.GetOptions().map_entry
         checks.append(
             FieldCheck(
@@ -95,7 +95,7 @@ class DeviceMessageValidator:
     """Validate DeviceMessages against the contract's rules and the configured limits."""
 
     def __init__(self, max_payload_bytes: int) -> None:
-        self._checks = compile_checks(device_message_pb2.DeviceMessage.DESCRIPTOR)
+        self._checks = compile_checks(device_message_pb2.DeviceMessage.DESCRIPTOR)  # type: ignore[arg-type]
         self.max_payload_bytes = max_payload_bytes
 
     def violations(self, msg: device_message_pb2.DeviceMessage) -> list[tuple[str, str]]:
@@ -122,5 +122,5 @@ def batch_size_limits() -> tuple[int, int]:
     from headwater.proto.ingest.v1 import ingest_messages_pb2
 
     fd = ingest_messages_pb2.PublishTelemetryRequest.DESCRIPTOR.fields_by_name["messages"]
-    rules = fd.GetOptions().Extensions[_RULES_EXT]
+    rules: field_rules_pb2.FieldRules = fd.GetOptions().Extensions[_RULES_EXT]  # type: ignore[index]
     return rules.min_entries, rules.max_entries

@@ -230,7 +230,7 @@ class GatewaySimulator:
             frame_id = 0
             while time.monotonic() < until:
                 started = time.monotonic()
-                telemetry = []
+                telemetry: list[device_message_pb2.DeviceMessage] = []
                 for _ in range(batch):
                     endpoint, msg = self._message()
                     (alarms if endpoint == "alarms" else telemetry).append(msg)

@@ -38,8 +38,9 @@ def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> I
                 if msg.error():
                     continue
                 yield msg
-                if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
-                    remaining.pop(msg.partition(), None)
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                if offset + 1 >= remaining.get(partition, 0):
+                    remaining.pop(partition, None)
     finally:
         consumer.close()
 
@@ -59,9 +60,9 @@ def read_ingest(bootstrap_servers: str, topics: list[str]) -> IngestReadback:
     for topic in topics:
         for msg in read_topic(bootstrap_servers, topic):
             result.records += 1
-            headers = dict(msg.headers() or [])
+            headers: dict[str, bytes] = dict(msg.headers() or [])  # type: ignore[arg-type]
             message_id = headers.get(rh.MESSAGE_ID, b"").decode()
-            result.found.setdefault(message_id, (topic, msg.partition(), msg.offset()))
+            result.found.setdefault(message_id, (topic, msg.partition() or 0, msg.offset() or 0))
             received = headers.get(rh.RECEIVED_AT_MS)
             if received:
                 result.received_at_ms.setdefault(message_id, int(received))

@@ -47,7 +47,7 @@ def read_enriched(bootstrap: str, received_at_ms: dict[str, int]) -> EnrichedOut
     for topic in EVENT_TOPICS.values():
         out.events += sum(1 for _ in read_topic(bootstrap, topic))
     for msg in read_topic(bootstrap, COMPLETIONS_TOPIC):
-        completion = completion_pb2.Completion.FromString(msg.value())
+        completion = completion_pb2.Completion.FromString(msg.value() or b"")
         outcome = completion_pb2.Outcome.Name(completion.outcome).removeprefix("OUTCOME_")
         out.completions[outcome] += 1
         if completion.outcome != completion_pb2.OUTCOME_RETRY_SCHEDULED:
@@ -56,7 +56,7 @@ def read_enriched(bootstrap: str, received_at_ms: dict[str, int]) -> EnrichedOut
             if received and completion.outcome == completion_pb2.OUTCOME_ENRICHED:
                 out.end_to_end_ms.append(msg.timestamp()[1] - received)
     for msg in read_topic(bootstrap, DEADLETTER_TOPIC):
-        out.dead_letters[dead_letter_pb2.DeadLetter.FromString(msg.value()).reason] += 1
+        out.dead_letters[dead_letter_pb2.DeadLetter.FromString(msg.value() or b"").reason] += 1
     out.retries = sum(1 for _ in read_topic(bootstrap, RETRY_TOPIC))
     out.state_snapshots = sum(1 for _ in read_topic(bootstrap, DEVICE_STATE_TOPIC))
     return out
