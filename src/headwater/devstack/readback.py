@@ -11,8 +11,15 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from headwater import record_headers as rh
 
 
-def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> Iterator[Message]:
-    """Yield every record of ``topic`` from the log start to the current end."""
+def read_topic(
+    bootstrap_servers: str, topic: str, timeout_s: float = 60.0, idle_s: float = 1.5
+) -> Iterator[Message]:
+    """Yield every record of ``topic`` from the log start to its end.
+
+    The end is where the high watermark says, and then until the log has been idle for
+    ``idle_s``: the embedded broker reports the watermark of a multi-record batch as its
+    base offset + 1 (docs/embedded-broker.md), so the watermark alone stops too early.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -24,23 +31,28 @@ def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> I
         metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if metadata is None or metadata.error is not None:
             return
-        remaining: dict[int, int] = {}
+        behind: dict[int, int] = {}
         assignment = []
         for partition in metadata.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            assignment.append(TopicPartition(topic, partition, low))
             if high > low:
-                remaining[partition] = high
-                assignment.append(TopicPartition(topic, partition, low))
+                behind[partition] = high
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
-        while remaining and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
+        last_record = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = consumer.consume(1000, 0.2)
+            if not batch and not behind and time.monotonic() - last_record >= idle_s:
+                return
+            for msg in batch:
                 if msg.error():
                     continue
+                last_record = time.monotonic()
                 yield msg
                 partition, offset = msg.partition() or 0, msg.offset() or 0
-                if offset + 1 >= remaining.get(partition, 0):
-                    remaining.pop(partition, None)
+                if offset + 1 >= behind.get(partition, 0):
+                    behind.pop(partition, None)
     finally:
         consumer.close()
 
