@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "headwater.ingest.cli",
     "headwater.enricher.cli",
     "headwater.topics_cli",
+    "headwater.ops.cli",
     "headwater.bench.cli",
 )
 

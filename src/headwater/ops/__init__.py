@@ -1,0 +1,1 @@
+"""Operator tools: dead letters, offsets, lag, status (the ``headwater`` subcommands)."""

@@ -1,0 +1,246 @@
+"""``headwater dlq``, ``headwater offsets`` and ``headwater lag``: operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+from headwater.topics import DEADLETTER_TOPIC
+
+
+def _bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def _when(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``dlq``, ``offsets`` and ``lag`` command groups."""
+    _register_dlq(subparsers)
+    _register_offsets(subparsers)
+    _register_lag(subparsers)
+
+
+def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
+    dlq = subparsers.add_parser(
+        "dlq", help="inspect and redrive dead letters", description="Dead letters (deadletter.v1)."
+    )
+    commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
+    for name, helptext in (
+        ("list", "list dead letters, one line each"),
+        ("show", "show dead letters in full, with the original payload rendered"),
+        ("redrive", "send dead letters back to their ingest topic (dry run unless --execute)"),
+    ):
+        cmd = commands.add_parser(
+            name, help=helptext, description=helptext[0].upper() + helptext[1:] + "."
+        )
+        _bootstrap(cmd)
+        cmd.add_argument("--reason", help="only this reason, e.g. UNKNOWN_FORMAT")
+        cmd.add_argument("--device", help="only this device id")
+        cmd.add_argument("--message-id", action="append", help="only these message ids (repeat)")
+        cmd.add_argument("--since", type=_when, help="ISO time, e.g. 2026-11-22T10:00:00Z")
+        cmd.add_argument("--until", type=_when, help="ISO time")
+        cmd.add_argument("--topic", default=DEADLETTER_TOPIC, help="dead-letter topic")
+        cmd.set_defaults(func=_dlq)
+        if name == "redrive":
+            cmd.add_argument("--why", required=True, help="why they are redriven (audit header)")
+            cmd.add_argument("--by", default=getpass.getuser(), help="who redrives (default: you)")
+            cmd.add_argument(
+                "--execute", action="store_true", help="really send (default: dry run)"
+            )
+
+
+def _dlq(args: argparse.Namespace) -> int:
+    from headwater.ops import dlq
+    from headwater.ops.render import emit
+
+    chosen = dlq.select(
+        dlq.read_dead_letters(args.bootstrap_servers, args.topic),
+        reason=args.reason,
+        device=args.device,
+        message_ids=set(args.message_id) if args.message_id else None,
+        since=args.since,
+        until=args.until,
+    )
+    if args.dlq_command == "list":
+        emit(
+            [r.as_row() for r in chosen],
+            ["offset", "time", "reason", "stage", "device", "message_id", "redrives"],
+            args.json,
+        )
+        return 0
+    if args.dlq_command == "show":
+        rows = [
+            {
+                **r.as_row(),
+                "headers": {h.key: dlq.readable(h.value, 200) for h in r.letter.original_headers},
+                "payload": dlq.readable(_payload_of(r.letter.original_value)),
+                "redrive_history": [
+                    f"{x.redriven_time.ToDatetime(UTC).isoformat()} by {x.by}: {x.reason}"
+                    for x in r.letter.redrives
+                ],
+            }
+            for r in chosen
+        ]
+        if args.json:
+            emit(rows, [], True)
+        else:
+            for row in rows:
+                print("\n".join(f"{k:>16}: {v}" for k, v in row.items()), end="\n\n")
+        return 0
+    results = dlq.redrive(
+        args.bootstrap_servers, chosen, args.by, args.why, dry_run=not args.execute
+    )
+    emit(
+        [r.__dict__ for r in results],
+        ["message_id", "device_id", "topic", "sent", "skipped_reason"],
+        args.json,
+    )
+    if args.execute:
+        done = f"sent {sum(r.sent for r in results)}"
+    else:
+        done = f"dry run, would send {sum(not r.skipped_reason for r in results)} (add --execute)"
+    print(f"{done} of {len(results)} selected", file=sys.stderr)
+    return 0
+
+
+def _payload_of(original_value: bytes) -> bytes:
+    """The device payload inside an ingest record value, or the raw value if undecodable."""
+    from google.protobuf.message import DecodeError
+
+    from headwater.proto.device.v1 import device_message_pb2
+
+    try:
+        return device_message_pb2.DeviceMessage.FromString(original_value).payload
+    except DecodeError:
+        return original_value
+
+
+def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
+    offsets = subparsers.add_parser(
+        "offsets",
+        help="show and reset consumer-group offsets",
+        description="Consumer-group offsets. Nothing in Headwater resets an offset by itself.",
+    )
+    commands = offsets.add_subparsers(dest="offsets_command", required=True, metavar="COMMAND")
+    show = commands.add_parser(
+        "show",
+        help="committed offsets against log start and end",
+        description="Show a group's committed offsets against the log start and end.",
+    )
+    _bootstrap(show)
+    show.add_argument("--group", required=True, help="consumer group id")
+    show.add_argument("--topic", action="append", help="topics (default: those it committed)")
+    show.set_defaults(func=_offsets_show)
+    reset = commands.add_parser(
+        "reset",
+        help="reset a group's offsets (dry run unless --execute or confirmed)",
+        description=(
+            "Reset a group's offsets to earliest, latest, a timestamp or an explicit offset. "
+            "Prints the plan (dry run) unless --execute is given or the plan is confirmed at "
+            "the prompt. Refused while the group has active members."
+        ),
+    )
+    _bootstrap(reset)
+    reset.add_argument("--group", required=True, help="consumer group id")
+    reset.add_argument("--topic", action="append", required=True, help="topics to reset (repeat)")
+    reset.add_argument("--to", required=True, choices=["earliest", "latest", "timestamp", "offset"])
+    reset.add_argument(
+        "--value", type=int, help="epoch ms for --to timestamp, offset for --to offset"
+    )
+    reset.add_argument("--execute", action="store_true", help="apply without asking")
+    reset.set_defaults(func=_offsets_reset)
+
+
+_OFFSET_COLUMNS = ["topic", "partition", "committed", "log_start", "log_end", "lag", "out_of_range"]
+
+
+def _offsets_show(args: argparse.Namespace) -> int:
+    from headwater.ops.offsets import admin_client, show
+    from headwater.ops.render import emit
+
+    emit(
+        [p.as_row() for p in show(admin_client(args.bootstrap_servers), args.group, args.topic)],
+        _OFFSET_COLUMNS,
+        args.json,
+    )
+    return 0
+
+
+def _offsets_reset(args: argparse.Namespace) -> int:
+    from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset
+    from headwater.ops.render import emit
+
+    admin = admin_client(args.bootstrap_servers)
+    try:
+        plan = plan_reset(admin, args.group, args.topic, args.to, args.value)
+        emit(plan.rows(), [*_OFFSET_COLUMNS[:-1], "reset_to"], args.json)
+        execute = args.execute
+        if not execute and sys.stdin.isatty():
+            answer = input(f"Type the group name ({args.group}) to apply this reset: ")
+            execute = answer.strip() == args.group
+        if not execute:
+            print("dry run: nothing changed (add --execute to apply)", file=sys.stderr)
+            return 0
+        apply_reset(admin, plan)
+    except OffsetsError as exc:
+        print(f"headwater offsets reset: {exc}", file=sys.stderr)
+        return 2
+    print(f"reset {len(plan.moves)} partitions of group {args.group}", file=sys.stderr)
+    return 0
+
+
+def _register_lag(subparsers: argparse._SubParsersAction) -> None:
+    lag = subparsers.add_parser(
+        "lag",
+        help="consumer lag and the consumer signals",
+        description=(
+            "Lag per group, topic and partition, plus the consumer signals (bytes out per "
+            "second, producer-to-consumer and consumer-to-processing latency) scraped from "
+            "--metrics-url when given."
+        ),
+    )
+    _bootstrap(lag)
+    lag.add_argument("--group", action="append", required=True, help="consumer group (repeat)")
+    lag.add_argument("--topic", action="append", help="topics (default: those committed)")
+    lag.add_argument("--metrics-url", help="Prometheus endpoint of the enricher")
+    lag.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
+    lag.set_defaults(func=_lag)
+
+
+def _lag(args: argparse.Namespace) -> int:
+    from headwater.ops.lag import group_lag, scrape_signals
+    from headwater.ops.offsets import admin_client
+    from headwater.ops.render import emit
+
+    admin = admin_client(args.bootstrap_servers)
+    while True:
+        rows = []
+        summary = []
+        for group in args.group:
+            lag = group_lag(admin, group, args.topic)
+            rows += lag.rows()
+            summary.append({"group": group, "max_offset_lag": lag.max_lag})
+        if args.metrics_url:
+            signals = scrape_signals(args.metrics_url)
+            summary = [{**s, **signals} for s in summary]
+        if args.watch and not args.json:
+            print("\033[2J\033[H", end="")
+            print(datetime.now(UTC).isoformat(timespec="seconds"))
+        emit(rows, ["group", *_OFFSET_COLUMNS], args.json)
+        emit(summary, list(summary[0]) if summary else [], args.json)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)

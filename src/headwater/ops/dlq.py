@@ -1,0 +1,182 @@
+"""Dead letters: read them decoded, filter them, and redrive them to their ingest topic.
+
+A redrive writes the original record value and headers back to the topic it was read
+from, with the same message id (so the enricher's dedup keeps it safe) and audit headers
+(who, when, why, how many redrives so far). If it fails again it lands in the dead
+letters again, carrying the redrive history: a person redrives, never a loop.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from confluent_kafka import Producer
+
+from headwater.devstack.readback import read_topic
+from headwater.proto.events.v1 import dead_letter_pb2
+from headwater.topics import DEADLETTER_TOPIC, INGEST_TOPICS
+
+#: Audit headers a redrive adds to the ingest record.
+REDRIVE_BY = "redrive-by"
+REDRIVE_AT_MS = "redrive-at-ms"
+REDRIVE_REASON = "redrive-reason"
+REDRIVE_COUNT = "redrive-count"
+_AUDIT = (REDRIVE_BY, REDRIVE_AT_MS, REDRIVE_REASON, REDRIVE_COUNT)
+_PRINTABLE = set(string.printable.encode())
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A dead letter and where it sits in the dead-letter topic."""
+
+    letter: dead_letter_pb2.DeadLetter
+    partition: int
+    offset: int
+
+    def as_row(self) -> dict[str, object]:
+        """Return the fields an operator looks at first."""
+        letter = self.letter
+        return {
+            "offset": f"{self.partition}:{self.offset}",
+            "time": letter.dead_lettered_time.ToDatetime(UTC).isoformat(timespec="seconds"),
+            "reason": letter.reason,
+            "stage": letter.stage,
+            "device": letter.device_id,
+            "message_id": letter.message_id,
+            "source": f"{letter.source.topic}/{letter.source.partition}@{letter.source.offset}",
+            "attempts": letter.attempts,
+            "redrives": len(letter.redrives),
+            "error": f"{letter.error_class}: {letter.error_message}"[:120],
+        }
+
+
+def readable(payload: bytes, limit: int = 2000) -> str:
+    """Render bytes as text when they are printable, else as hex."""
+    shown = payload[:limit]
+    suffix = f" … ({len(payload)} bytes)" if len(payload) > limit else ""
+    if all(b in _PRINTABLE for b in shown):
+        return shown.decode() + suffix
+    return "hex:" + shown.hex(" ") + suffix
+
+
+def read_dead_letters(
+    bootstrap_servers: str, topic: str = DEADLETTER_TOPIC
+) -> Iterator[DeadLetterRecord]:
+    """Yield every dead letter of ``topic``, decoded."""
+    for msg in read_topic(bootstrap_servers, topic):
+        yield DeadLetterRecord(
+            dead_letter_pb2.DeadLetter.FromString(msg.value() or b""),
+            msg.partition() or 0,
+            msg.offset() or 0,
+        )
+
+
+def select(
+    records: Iterable[DeadLetterRecord],
+    reason: str | None = None,
+    device: str | None = None,
+    message_ids: set[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[DeadLetterRecord]:
+    """Return the dead letters matching every given filter."""
+    chosen = []
+    for record in records:
+        letter = record.letter
+        when = letter.dead_lettered_time.ToDatetime(UTC)
+        if reason and letter.reason != reason:
+            continue
+        if device and letter.device_id != device:
+            continue
+        if message_ids is not None and letter.message_id not in message_ids:
+            continue
+        if (since and when < since) or (until and when > until):
+            continue
+        chosen.append(record)
+    return chosen
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    """What a redrive sent (or would send, in a dry run)."""
+
+    message_id: str
+    device_id: str
+    topic: str
+    sent: bool
+    skipped_reason: str = ""
+
+
+class RedriveError(RuntimeError):
+    """A redrive could not be delivered; nothing after the failure was sent."""
+
+
+def redrive(
+    bootstrap_servers: str,
+    records: list[DeadLetterRecord],
+    by: str,
+    why: str,
+    dry_run: bool = True,
+    now: datetime | None = None,
+) -> list[RedriveResult]:
+    """Send each dead letter's original record back to its ingest topic."""
+    now = now or datetime.now(UTC)
+    results: list[RedriveResult] = []
+    producer = (
+        None if dry_run else Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
+    )
+    failures: list[str] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    for record in records:
+        letter = record.letter
+        topic = letter.source.topic
+        if topic not in INGEST_TOPICS.values():
+            results.append(
+                RedriveResult(
+                    letter.message_id,
+                    letter.device_id,
+                    topic,
+                    False,
+                    "source is not an ingest topic",
+                )
+            )
+            continue
+        if not letter.original_value:
+            results.append(
+                RedriveResult(
+                    letter.message_id, letter.device_id, topic, False, "no original value"
+                )
+            )
+            continue
+        headers = [(h.key, h.value) for h in letter.original_headers if h.key not in _AUDIT]
+        headers += [
+            (REDRIVE_BY, by.encode()),
+            (REDRIVE_AT_MS, str(int(now.timestamp() * 1000)).encode()),
+            (REDRIVE_REASON, why.encode()),
+            (REDRIVE_COUNT, str(len(letter.redrives) + 1).encode()),
+        ]
+        if producer is not None:
+            producer.produce(
+                topic,
+                letter.original_value,
+                letter.device_id.encode(),
+                headers=headers,
+                on_delivery=delivered,
+            )
+        results.append(RedriveResult(letter.message_id, letter.device_id, topic, not dry_run))
+    if producer is not None:
+        left = producer.flush(30)
+        if left or failures:
+            raise RedriveError(
+                f"{left + len(failures)} redriven records were not acknowledged by the broker "
+                f"({'; '.join(failures[:3]) or 'timeout'}); check the cluster and run the "
+                "redrive again (the message ids make repeats harmless)"
+            )
+    return results

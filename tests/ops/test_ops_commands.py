@@ -1,0 +1,219 @@
+"""The operator commands against the real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from headwater.devstack.readback import read_topic
+from headwater.ops import dlq
+from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
+from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "headwater.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value, partition=partition)
+        producer.flush(10)  # one record per batch: the embedded broker's watermark is exact
+
+
+def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    consumer.close()
+
+
+def test_offsets_show_reports_committed_start_end_and_lag(kafka_bootstrap, topic_factory):
+    topic = topic_factory("offs")
+    produce(kafka_bootstrap, topic, [b"a", b"b", b"c", b"d"])
+    commit(kafka_bootstrap, "g-show", topic, 1)
+    result = run(
+        "offsets", "show", "--bootstrap-servers", kafka_bootstrap, "--group", "g-show", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout.splitlines()[0])
+    assert (row["committed"], row["log_start"], row["log_end"], row["lag"]) == (1, 0, 4, 3)
+    assert row["out_of_range"] is False
+
+
+def test_offsets_reset_is_a_dry_run_unless_executed(kafka_bootstrap, topic_factory):
+    topic = topic_factory("offs")
+    produce(kafka_bootstrap, topic, [b"a", b"b", b"c"])
+    commit(kafka_bootstrap, "g-reset", topic, 3)
+    base = [
+        "offsets",
+        "reset",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--group",
+        "g-reset",
+        "--topic",
+        topic,
+    ]
+    dry = run(*base, "--to", "earliest")
+    assert dry.returncode == 0 and "dry run" in dry.stderr
+    admin = admin_client(kafka_bootstrap)
+    assert show(admin, "g-reset", [topic])[0].committed == 3
+    done = run(*base, "--to", "offset", "--value", "1", "--execute")
+    assert done.returncode == 0, done.stderr
+    assert show(admin, "g-reset", [topic])[0].committed == 1
+    bad = run(*base, "--to", "offset", "--value", "99", "--execute")
+    assert bad.returncode == 2 and "outside" in bad.stderr
+
+
+def test_offsets_reset_by_timestamp(kafka_bootstrap, topic_factory):
+    topic = topic_factory("offs")
+    produce(kafka_bootstrap, topic, [b"old"])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(kafka_bootstrap, topic, [b"new1", b"new2"])
+    commit(kafka_bootstrap, "g-ts", topic, 3)
+    admin = admin_client(kafka_bootstrap)
+    plan = plan_reset(admin, "g-ts", [topic], "timestamp", cut)
+    assert [target for _, target in plan.moves] == [1]
+
+
+@pytest.mark.slow
+def test_offsets_reset_is_refused_while_the_group_is_active(kafka_bootstrap, topic_factory):
+    topic = topic_factory("offs")
+    produce(kafka_bootstrap, topic, [b"a"])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": "g-active",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 60  # the embedded broker's first rebalance is slow
+        while consumer.poll(0.5) is None and time.monotonic() < deadline:
+            pass
+        consumer.commit(asynchronous=False)
+        admin = admin_client(kafka_bootstrap)
+        plan = plan_reset(admin, "g-active", [topic], "earliest")
+        with pytest.raises(OffsetsError, match="stop its consumers first"):
+            apply_reset(admin, plan)
+    finally:
+        consumer.close()
+
+
+def dead_letter(message_id: str, reason: str, source_topic: str = "ingest.telemetry.v1") -> bytes:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return dead_letter_pb2.DeadLetter(
+        message_id=message_id,
+        device_id="acme-001",
+        source=completion_pb2.SourceRecord(topic=source_topic, partition=0, offset=7),
+        original_value=b"\x0a\x02m1original-device-message",
+        original_headers=[dead_letter_pb2.Header(key="message-id", value=message_id.encode())],
+        stage="normalize",
+        reason=reason,
+        error_class="JSONDecodeError",
+        error_message="Expecting value: line 1 column 1",
+        attempts=1,
+        dead_lettered_time=ts,
+    ).SerializeToString()
+
+
+def test_dlq_list_show_and_filters(kafka_bootstrap, topic_factory):
+    topic = topic_factory("dlq")
+    produce(
+        kafka_bootstrap,
+        topic,
+        [dead_letter("m1", "UNKNOWN_FORMAT"), dead_letter("m2", "UNDECODABLE_PAYLOAD")],
+    )
+    listed = run("dlq", "list", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--json")
+    assert [json.loads(line)["message_id"] for line in listed.stdout.splitlines()] == ["m1", "m2"]
+    only = run(
+        "dlq",
+        "list",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--reason",
+        "UNKNOWN_FORMAT",
+    )
+    assert "m1" in only.stdout and "m2" not in only.stdout
+    shown = run(
+        "dlq",
+        "show",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--message-id",
+        "m2",
+    )
+    assert "UNDECODABLE_PAYLOAD" in shown.stdout and "JSONDecodeError" in shown.stdout
+
+
+def test_dlq_redrive_dry_run_then_execute_with_audit_headers(kafka_bootstrap, topic_factory):
+    dl_topic = topic_factory("dlq")
+    target = topic_factory("ingest")  # stands in for the ingest topic
+    produce(kafka_bootstrap, dl_topic, [dead_letter("m9", "UNKNOWN_FORMAT", source_topic=target)])
+    records = list(dlq.read_dead_letters(kafka_bootstrap, dl_topic))
+    # Only ingest topics are redrive targets: a foreign source topic is skipped, not sent.
+    skipped = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
+    assert skipped[0].skipped_reason == "source is not an ingest topic"
+    letter = records[0].letter
+    letter.source.topic = "ingest.telemetry.v1"
+    dry = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True)
+    assert dry[0].sent is False and not dry[0].skipped_reason
+    sent = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
+    assert sent[0].sent is True
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "redrive-check"})
+    from headwater.devstack.readback import read_topic
+
+    found = [
+        m
+        for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+        if dict(m.headers() or []).get("redrive-by") == b"ops"
+    ]
+    consumer.close()
+    assert found, "redriven record not in the ingest topic"
+    headers = dict(found[-1].headers())
+    assert found[-1].value() == letter.original_value
+    assert headers["message-id"] == b"m9"
+    assert headers["redrive-reason"] == b"fixed normalizer" and headers["redrive-count"] == b"1"
+
+
+def test_ops_commands_have_help():
+    for args in (
+        ["dlq", "redrive"],
+        ["offsets", "reset"],
+        ["lag"],
+        ["dlq", "list"],
+        ["offsets", "show"],
+    ):
+        result = run(*args, "--help")
+        assert result.returncode == 0 and "usage:" in result.stdout
+
+
+def test_lag_reports_per_partition_and_the_max(kafka_bootstrap, topic_factory):
+    topic = topic_factory("lag")
+    produce(kafka_bootstrap, topic, [b"a", b"b", b"c", b"d", b"e"])
+    commit(kafka_bootstrap, "g-lag", topic, 2)
+    result = run("lag", "--bootstrap-servers", kafka_bootstrap, "--group", "g-lag", "--json")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows[0]["lag"] == 3
+    assert rows[-1] == {"group": "g-lag", "max_offset_lag": 3}
