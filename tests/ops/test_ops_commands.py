@@ -182,7 +182,6 @@ def test_dlq_redrive_dry_run_then_execute_with_audit_headers(kafka_bootstrap, to
     sent = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
     assert sent[0].sent is True
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "redrive-check"})
-    from headwater.devstack.readback import read_topic
 
     found = [
         m
