@@ -27,10 +27,11 @@ def _when(text: str) -> datetime:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``dlq``, ``offsets`` and ``lag`` command groups."""
+    """Add the ``dlq``, ``offsets``, ``lag`` and ``status`` command groups."""
     _register_dlq(subparsers)
     _register_offsets(subparsers)
     _register_lag(subparsers)
+    _register_status(subparsers)
 
 
 def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
@@ -244,3 +245,38 @@ def _lag(args: argparse.Namespace) -> int:
         if not args.watch:
             return 0
         time.sleep(args.watch)
+
+
+def _register_status(subparsers: argparse._SubParsersAction) -> None:
+    status = subparsers.add_parser(
+        "status",
+        help="health of a Kubernetes deployment (exit 1 when something needs attention)",
+        description=(
+            "Check a Helm release of Headwater on Kubernetes: ingest Deployment and pods "
+            "(readiness, restarts), the enricher SparkApplication (state, submission "
+            "attempts) and, with --group, the enricher's lag. Exits 1 when something needs "
+            "attention, so it can gate a rollout."
+        ),
+    )
+    status.add_argument("--namespace", default="headwater", help="Kubernetes namespace")
+    status.add_argument("--release", default="headwater", help="Helm release name")
+    status.add_argument("--group", help="consumer group whose lag to include")
+    status.add_argument("--lag-threshold", type=int, default=100_000, help="max acceptable lag")
+    _bootstrap(status)
+    status.set_defaults(func=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from headwater.ops.render import emit
+    from headwater.ops.status import assess, fetch
+
+    deployments, pods, spark_apps = fetch(args.namespace, args.release)
+    max_lag = None
+    if args.group:
+        from headwater.ops.lag import group_lag
+        from headwater.ops.offsets import admin_client
+
+        max_lag = group_lag(admin_client(args.bootstrap_servers), args.group).max_lag
+    result = assess(deployments, pods, spark_apps, max_lag, args.lag_threshold)
+    emit(result.checks, ["component", "ok", "detail"], args.json)
+    return 0 if result.healthy else 1
