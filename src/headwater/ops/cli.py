@@ -163,6 +163,31 @@ def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
     )
     reset.add_argument("--execute", action="store_true", help="apply without asking")
     reset.set_defaults(func=_offsets_reset)
+    checkpoint = commands.add_parser(
+        "checkpoint",
+        help="the enricher's Spark checkpoint: show it, or move its starting point",
+        description=(
+            "Show the offsets the enricher's checkpoint will resume from, or (stopped query "
+            "only) move them, e.g. past data that retention deleted. A dry run unless "
+            "--execute; changed files are backed up inside the checkpoint."
+        ),
+    )
+    checkpoint.add_argument("action", choices=["show", "set-start"])
+    checkpoint.add_argument(
+        "--checkpoint",
+        default=os.environ.get("HEADWATER_ENRICHER_CHECKPOINT_LOCATION", ""),
+        help="checkpoint directory (default: $HEADWATER_ENRICHER_CHECKPOINT_LOCATION)",
+    )
+    checkpoint.add_argument("--topic", help="topic whose start to move (set-start)")
+    checkpoint.add_argument("--partition", type=int, action="append", help="partition (repeat)")
+    target = checkpoint.add_mutually_exclusive_group()
+    target.add_argument("--offset", type=int, help="the new next offset")
+    target.add_argument(
+        "--log-start", action="store_true", help="the log's first offset now (skips the gap)"
+    )
+    checkpoint.add_argument("--execute", action="store_true", help="really change it")
+    _bootstrap(checkpoint)
+    checkpoint.set_defaults(func=_offsets_checkpoint)
 
 
 _OFFSET_COLUMNS = ["topic", "partition", "committed", "log_start", "log_end", "lag", "out_of_range"]
@@ -201,6 +226,48 @@ def _offsets_reset(args: argparse.Namespace) -> int:
         return 2
     print(f"reset {len(plan.moves)} partitions of group {args.group}", file=sys.stderr)
     return 0
+
+
+def _offsets_checkpoint(args: argparse.Namespace) -> int:
+    from headwater.ops.checkpoint import CheckpointError, read_checkpoint, set_start
+    from headwater.ops.render import emit
+
+    columns = ["batch", "source", "topic", "partition", "next_offset"]
+    try:
+        view = read_checkpoint(args.checkpoint)
+        if args.action == "show":
+            emit(view.rows(), columns, args.json)
+            return 0
+        if not args.topic or not args.partition or (args.offset is None and not args.log_start):
+            print(
+                "set-start needs --topic, --partition and --offset or --log-start", file=sys.stderr
+            )
+            return 2
+        starts = _new_starts(args)
+        print("new starting point:", ", ".join(f"{t}[{p}]={o}" for (t, p), o in starts.items()))
+        if not args.execute:
+            print("dry run: nothing changed (stop the query, then add --execute)", file=sys.stderr)
+            return 0
+        new_view, backup = set_start(args.checkpoint, starts)
+    except CheckpointError as exc:
+        print(f"headwater offsets checkpoint: {exc}", file=sys.stderr)
+        return 2
+    emit(new_view.rows(), columns, args.json)
+    print(f"previous files kept in {backup}", file=sys.stderr)
+    return 0
+
+
+def _new_starts(args: argparse.Namespace) -> dict[tuple[str, int], int]:
+    if not args.log_start:
+        return {(args.topic, p): args.offset for p in args.partition}
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from headwater.ops.offsets import admin_client, log_offsets
+
+    partitions = [TopicPartition(args.topic, p) for p in args.partition]
+    starts = log_offsets(admin_client(args.bootstrap_servers), partitions, OffsetSpec.earliest())
+    return dict(starts)
 
 
 def _register_lag(subparsers: argparse._SubParsersAction) -> None:
