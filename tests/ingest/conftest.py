@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -128,24 +129,35 @@ async def ingest(
 
 
 @pytest.fixture
-def read_record(kafka_bootstrap: str) -> Iterator[Callable[[str, int, int], object]]:
-    """Read the record at (topic, partition, offset) from the broker."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": "test-reader",
-            "enable.auto.commit": False,
-        }
-    )
+def read_record_at() -> Iterator[Callable[[str], Callable[[str, int, int], object]]]:
+    """Return a reader of the record at (topic, partition, offset) on given servers."""
+    consumers: list[Consumer] = []
 
-    def read(topic: str, partition: int, offset: int) -> object:
-        consumer.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                return msg
-        raise AssertionError(f"no record at {topic}/{partition}@{offset}")
+    def reader(bootstrap: str) -> Callable[[str, int, int], object]:
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False}
+        )
+        consumers.append(consumer)
+        return functools.partial(_read_at, consumer)
 
-    yield read
-    consumer.close()
+    yield reader
+    for consumer in consumers:
+        consumer.close()
+
+
+@pytest.fixture
+def read_record(
+    read_record_at: Callable[[str], Callable[[str, int, int], object]], kafka_bootstrap: str
+) -> Callable[[str, int, int], object]:
+    """Read the record at (topic, partition, offset) from the session broker."""
+    return read_record_at(kafka_bootstrap)
+
+
+def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> object:
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            return msg
+    raise AssertionError(f"no record at {topic}/{partition}@{offset}")

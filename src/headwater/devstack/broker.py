@@ -43,16 +43,23 @@ class EmbeddedBroker:
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: Path | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        #: The port clients are told to use; a test puts a fault proxy there.
+        self.advertised_port = advertised_port or self.port
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         """The ``host:port`` clients connect to."""
-        return f"{self.host}:{self.port}"
+        return f"{self.host}:{self.advertised_port}"
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         """Start the broker and wait until it accepts connections (idempotent)."""
@@ -67,7 +74,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://{self.host}:{self.advertised_port}",
                 "--storage-engine",
                 "memory://tansu/",
             ],
