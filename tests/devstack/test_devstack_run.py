@@ -10,9 +10,23 @@ import sys
 def test_devstack_ingest_path_end_to_end(tmp_path):
     result = subprocess.run(
         [
-            sys.executable, "-m", "headwater.cli", "devstack", "run",
-            "--duration", "6", "--rate", "300", "--gateways", "3", "--devices", "10",
-            "--no-enricher", "--json", "--workdir", str(tmp_path / "stack"),
+            sys.executable,
+            "-m",
+            "headwater.cli",
+            "devstack",
+            "run",
+            "--duration",
+            "6",
+            "--rate",
+            "300",
+            "--gateways",
+            "3",
+            "--devices",
+            "10",
+            "--no-enricher",
+            "--json",
+            "--workdir",
+            str(tmp_path / "stack"),
         ],
         capture_output=True,
         text=True,
@@ -29,9 +43,18 @@ def test_devstack_ingest_path_end_to_end(tmp_path):
 
 def test_topics_ensure_creates_then_reports_ok(kafka_bootstrap):
     cmd = [
-        sys.executable, "-m", "headwater.cli", "topics", "ensure",
-        "--bootstrap-servers", kafka_bootstrap, "--partitions", "2",
-        "--replication-factor", "1", "--json",
+        sys.executable,
+        "-m",
+        "headwater.cli",
+        "topics",
+        "ensure",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "1",
+        "--json",
     ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -46,10 +69,16 @@ def test_topics_ensure_creates_then_reports_ok(kafka_bootstrap):
 
 def test_every_command_has_help():
     for args in (
-        [], ["devstack", "run"], ["ingest", "serve"], ["ingest", "hash-token"], ["topics", "ensure"]
+        [],
+        ["devstack", "run"],
+        ["ingest", "serve"],
+        ["ingest", "hash-token"],
+        ["topics", "ensure"],
     ):
         result = subprocess.run(
             [sys.executable, "-m", "headwater.cli", *args, "--help"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert result.returncode == 0 and "usage: headwater" in result.stdout, args
