@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import yaml
+
 from headwater.ingest.errors import PermissionDeniedError, UnauthenticatedError
 
 log = logging.getLogger(__name__)

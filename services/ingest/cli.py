@@ -37,7 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(_args: argparse.Namespace) -> int:
     from headwater.ingest.server import serve
     from headwater.ingest.settings import IngestSettings
-
     from headwater.logs import configure_logging
     from headwater.settings_env import SettingError
 

@@ -8,7 +8,9 @@ headwater_ingest_inflight_requests.
 
 from __future__ import annotations
 
-from opentelemetry.metrics import Meter
+from collections.abc import Callable
+
+from opentelemetry.metrics import Meter, Observation
 
 from headwater.telemetry import SECONDS_BUCKETS
 
@@ -42,11 +44,19 @@ class IngestMetrics:
             description="Time from handing a batch to the producer to the last broker ack",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
-        self.inflight_bytes = meter.create_up_down_counter(
-            "headwater.ingest.inflight", unit="By", description="Request bytes being processed"
+        self._meter = meter
+
+    def observe_inflight(self, read: Callable[[], tuple[int, int]]) -> None:
+        """Export in-flight bytes and requests, read at collection time (free per call)."""
+        self._meter.create_observable_gauge(
+            "headwater.ingest.inflight",
+            callbacks=[lambda _options: [Observation(read()[0])]],
+            unit="By",
+            description="Request bytes being processed",
         )
-        self.inflight_requests = meter.create_up_down_counter(
+        self._meter.create_observable_gauge(
             "headwater.ingest.inflight.requests",
+            callbacks=[lambda _options: [Observation(read()[1])]],
             unit="{request}",
             description="Requests and stream frames being processed",
         )

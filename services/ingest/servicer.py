@@ -18,6 +18,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Tracer
+
+from headwater import record_headers as rh
 from headwater.ingest import wire
 from headwater.ingest.admission import InflightBudget
 from headwater.ingest.auth import Authenticator, Gateway, check_device
@@ -34,10 +38,6 @@ from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_kafka_error
 from headwater.ingest.status import to_rpc_status as rpc_status_of
 from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Tracer
-
-from headwater import record_headers as rh
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS
@@ -104,6 +104,8 @@ class IngestServicer:
             settings.max_inflight_bytes, settings.overload_retry_delay_ms / 1000
         )
         self._min_batch = batch_size_limits()[0]
+        self._inflight_requests = 0
+        metrics.observe_inflight(lambda: (self._budget.in_use, self._inflight_requests))
         self._draining = asyncio.Event()
 
     def begin_drain(self) -> None:
@@ -268,14 +270,12 @@ class IngestServicer:
             budget_s = max(0.0, min(budget_s, time_remaining - _ANSWER_MARGIN_S))
         deadline = asyncio.get_running_loop().time() + budget_s
         self._budget.acquire(frame.size)
-        self._metrics.inflight_bytes.add(frame.size)
-        self._metrics.inflight_requests.add(1)
+        self._inflight_requests += 1
         try:
             results = await self._produce_all(ep, frame, gateway, deadline)
         finally:
             self._budget.release(frame.size)
-            self._metrics.inflight_bytes.add(-frame.size)
-            self._metrics.inflight_requests.add(-1)
+            self._inflight_requests -= 1
         self._record_messages(ep, frame, results)
         _raise_if_nothing_written(results)
         return results
@@ -305,30 +305,29 @@ class IngestServicer:
                 (rh.ENDPOINT, ep.name.encode()),
                 *((k, v.encode()) for k, v in carrier.items()),
             ]
-            broker_error: IngestError | None = None
-            for i, raw in enumerate(frame.messages):
-                msg, rejection = self._admit(raw, gateway)
-                if rejection is not None:
-                    results[i] = rejection
-                    continue
-                if broker_error is not None:  # the broker already failed: do not wait again
-                    results[i] = error_result(msg.message_id, broker_error)
-                    continue
-                headers = [
-                    (rh.MESSAGE_ID, msg.message_id.encode()),
-                    (rh.CONTENT_TYPE, msg.content_type.encode()),
-                    *common,
-                ]
-                try:
-                    async with asyncio.timeout_at(deadline):
+            try:
+                # One deadline for the whole frame: the broker may block send() itself.
+                async with asyncio.timeout_at(deadline):
+                    for i, raw in enumerate(frame.messages):
+                        msg, rejection = self._admit(raw, gateway)
+                        if rejection is not None:
+                            results[i] = rejection
+                            continue
+                        headers = [
+                            (rh.MESSAGE_ID, msg.message_id.encode()),
+                            (rh.CONTENT_TYPE, msg.content_type.encode()),
+                            *common,
+                        ]
                         future = await self._writer.send(
                             ep.topic, msg.device_id.encode(), raw, headers
                         )
-                except Exception as exc:
-                    broker_error = from_kafka_error(exc)
-                    results[i] = error_result(msg.message_id, broker_error)
-                    continue
-                pending.append((i, msg.message_id, future))
+                        pending.append((i, msg.message_id, future))
+            except Exception as exc:  # every failure, the deadline included, becomes a result
+                broker_error = from_kafka_error(exc)
+                queued = {i for i, _, _ in pending}
+                for i, raw in enumerate(frame.messages):
+                    if results[i] is None and i not in queued:
+                        results[i] = error_result(_message_id(raw), broker_error)
             if pending:
                 await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
             for i, message_id, future in pending:

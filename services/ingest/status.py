@@ -15,6 +15,7 @@ from aiokafka import errors as kafka_errors
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
 from headwater.ingest.errors import (
     BrokerAuthorizationError,
     BrokerTimeoutError,
@@ -23,7 +24,6 @@ from headwater.ingest.errors import (
     OverloadedError,
     RecordTooLargeError,
 )
-
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 ERROR_DOMAIN = "ingest.headwater.dev"
