@@ -116,7 +116,7 @@ def failed_in(response: bytes) -> int:
 
 
 async def stream_load(
-    channel: grpc.aio.Channel, frames: list[bytes], streams: int
+    channel: grpc.aio.Channel, frames: list[bytes], streams: int, window_frames: int = 8
 ) -> tuple[float, list[float], int]:
     """Send frames over ``streams`` bidirectional streams; return (seconds, latencies, failed)."""
     call = channel.stream_stream(
@@ -131,9 +131,12 @@ async def stream_load(
     async def one(mine: list[bytes]) -> None:
         nonlocal failed
         sent: dict[int, float] = {}
+        # A gateway keeps a bounded window of frames in flight, so latency means something.
+        window = asyncio.Semaphore(window_frames)
 
         async def requests():
             for i, frame in enumerate(mine):
+                await window.acquire()
                 sent[i] = time.perf_counter()
                 # frame_id (field 1) prefixed to the pre-encoded messages (field 2).
                 yield b"\x08" + _varint(i) + frame
@@ -141,6 +144,7 @@ async def stream_load(
         async for answer in call(requests(), timeout=120):
             latencies.append(time.perf_counter() - sent.pop(answer.frame_id))
             failed += sum(r.code != 0 for r in answer.results)
+            window.release()
 
     started = time.perf_counter()
     await asyncio.gather(*(one(m) for m in share))
