@@ -52,7 +52,7 @@ def test_every_rendered_object_is_valid(rendered):
     for obj in objects:
         try:
             validate(obj)
-        except Exception as exc:  # noqa: BLE001 - name the object in the failure
+        except Exception as exc:  # name the object in the failure
             pytest.fail(f"{name}: {obj['kind']} {obj['metadata']['name']}: {exc}")
 
 
