@@ -13,10 +13,10 @@ import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
+
 from headwater.ingest.auth import hash_token
 from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
-
 from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2

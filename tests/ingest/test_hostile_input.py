@@ -7,10 +7,10 @@ import threading
 
 import grpc
 import pytest
-from headwater.ingest.server import IngestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from headwater.ingest.server import IngestServer
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.telemetry import create_telemetry
@@ -30,7 +30,6 @@ METHODS = ["PublishTelemetry", "PublishAlarms"]
 def server_thread(kafka_bootstrap, tmp_path_factory):
     """An ingest server on its own event loop thread, for synchronous hypothesis tests."""
     from headwater.ingest.settings import IngestSettings
-
     from headwater.kafka_admin import ensure_topics
     from headwater.kafka_settings import KafkaSettings
     from headwater.topics import INGEST_TOPICS, TopicSpec

@@ -9,11 +9,11 @@ import pytest
 from aiokafka import errors as kafka_errors
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+
+from headwater.devstack.broker import free_port
 from headwater.ingest import status
 from headwater.ingest.errors import BrokerTimeoutError, OverloadedError
 from headwater.ingest.settings import IngestSettings
-
-from headwater.devstack.broker import free_port
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.settings_env import SettingError
 
