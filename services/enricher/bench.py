@@ -1,0 +1,276 @@
+"""Benchmark: raw confluent-kafka ceiling vs. the enricher on local Spark, and latency.
+
+``python -m headwater.enricher.bench --devices 1000 10000`` starts an embedded broker
+(or uses ``--bootstrap-servers``), and for each fleet size:
+
+1. fills an ingest topic with ``--messages`` telemetry records (all devices have master data);
+2. raw ceiling: one confluent-kafka consumer reads them and a producer writes the same
+   number of records (acks=all), no Spark;
+3. enricher: the real query (``local[2]`` unless ``--spark-master``) drains the same backlog;
+   sustained events/s is measured from the first to the last completion;
+4. latency: records are offered at ``--rate`` msg/s for ``--seconds`` while the query runs;
+   ingest received-at to completion visible, p50/p99.
+
+It prints one JSON line per fleet size and the ratio to the raw ceiling. Numbers, not
+assertions: this is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from headwater import record_headers as rh
+from headwater.enricher.metrics import percentile
+from headwater.enricher.settings import EnricherSettings, EnricherTopics
+from headwater.kafka_admin import ensure_topics
+from headwater.kafka_settings import KafkaSettings
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.topics import TopicSpec
+
+ACME = "application/vnd.acme.telemetry.v1+json"
+
+
+def _producer(bootstrap: str) -> Any:
+    return Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 10000}
+    )
+
+
+def _record(
+    i: int, devices: int, run: str, received_ms: int
+) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    device = f"dev-{i % devices:05d}"
+    mid = f"{run}-{i}"
+    payload = b'{"temp_c": %d.5, "hum_pct": 40.1}' % (i % 40)
+    dm = device_message_pb2.DeviceMessage(
+        message_id=mid,
+        device_id=device,
+        sequence=i // devices + 1,
+        content_type=ACME,
+        payload=payload,
+    )
+    dm.device_time.FromMilliseconds(received_ms)
+    headers = [
+        (rh.MESSAGE_ID, mid.encode()),
+        (rh.TENANT, b"bench"),
+        (rh.GATEWAY_ID, b"gw-bench"),
+        (rh.RECEIVED_AT_MS, str(received_ms).encode()),
+        (rh.ENDPOINT, b"telemetry"),
+    ]
+    return device.encode(), dm.SerializeToString(), headers
+
+
+def _fill(bootstrap: str, topic: str, n: int, devices: int, run: str) -> None:
+    p = _producer(bootstrap)
+    now = int(time.time() * 1000)
+    for i in range(n):
+        key, value, headers = _record(i, devices, run, now)
+        while True:
+            try:
+                p.produce(topic, value=value, key=key, headers=headers)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+
+
+def _masters(bootstrap: str, topic: str, devices: int) -> None:
+    p = _producer(bootstrap)
+    for d in range(devices):
+        dev = f"dev-{d:05d}"
+        m = device_master_pb2.DeviceMaster(device_id=dev, site="plant-1", area_code=f"A{d % 10}")
+        p.produce(topic, key=dev.encode(), value=m.SerializeToString())
+        p.poll(0)
+    p.flush(120)
+
+
+def _consumer(bootstrap: str, topic: str) -> Consumer:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    meta = c.list_topics(topic, timeout=10).topics[topic]
+    c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    return c
+
+
+def raw_ceiling(bootstrap: str, source: str, sink: str, n: int) -> float:
+    """Return records/s for consuming ``n`` records and producing as many (no Spark)."""
+    c, p = _consumer(bootstrap, source), _producer(bootstrap)
+    done, start = 0, time.perf_counter()
+    while done < n and time.perf_counter() - start < 300:
+        for m in c.consume(10000, timeout=0.5):
+            if m.error() is None:
+                while True:
+                    try:
+                        p.produce(sink, value=m.value(), key=m.key(), headers=m.headers())
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                done += 1
+    p.flush(120)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return done / elapsed
+
+
+class CompletionWatch(threading.Thread):
+    """Counts completions as they become visible; records ingest-to-visible latency."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.c = _consumer(bootstrap, topic)
+        self.count, self.first_t, self.last_t = 0, 0.0, 0.0
+        self.latency_ms: list[float] = []
+        self.stop_flag = False
+        self.measure_after_ms = 0
+
+    def run(self) -> None:
+        """Consume until told to stop."""
+        while not self.stop_flag:
+            for m in self.c.consume(5000, timeout=0.2):
+                if m.error() is not None:
+                    continue
+                now = time.time() * 1000
+                self.count += 1
+                self.first_t = self.first_t or time.perf_counter()
+                self.last_t = time.perf_counter()
+                received = dict(m.headers() or []).get(rh.RECEIVED_AT_MS)
+                if received and int(received) >= self.measure_after_ms > 0:
+                    self.latency_ms.append(now - int(received))
+        self.c.close()
+
+
+def bench_fleet(
+    spark: Any, bootstrap: str, devices: int, n: int, rate: int, seconds: int
+) -> dict[str, Any]:
+    """Run the three measurements for one fleet size."""
+    from headwater.enricher import job
+
+    topics = EnricherTopics.with_prefix(f"bench{uuid.uuid4().hex[:6]}.")
+    names = [*topics.ingest, topics.master, *topics.outputs(), topics.completions + ".raw"]
+    ensure_topics(bootstrap, [TopicSpec(t, 4, 1, {}) for t in names])
+    _masters(bootstrap, topics.master, devices)
+    run = uuid.uuid4().hex[:6]
+    _fill(bootstrap, topics.ingest[0], n, devices, run)
+    ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
+
+    settings = EnricherSettings(
+        checkpoint_location=tempfile.mkdtemp(prefix="bench-cp-"),
+        starting_offsets="earliest",
+        max_records_per_trigger=max(n // 4, 10000),
+        trigger_interval_seconds=0.5,
+        topics=topics,
+        kafka=KafkaSettings(bootstrap_servers=bootstrap),
+    )
+    watch = CompletionWatch(bootstrap, topics.completions)
+    watch.start()
+    query = job.start(spark, settings)
+    deadline = time.monotonic() + 900
+    while watch.count < n and time.monotonic() < deadline and query.isActive:
+        time.sleep(0.2)
+    first_batch = query.recentProgress[0].get("numInputRows", 0) if query.recentProgress else 0
+    drained = watch.count
+    window = max(watch.last_t - watch.first_t, 1e-6)
+    sustained = (
+        max(drained - first_batch, 0) / window if drained > first_batch else drained / window
+    )
+
+    # Steady offered load: paced producer with received-at = send time.
+    watch.measure_after_ms = int(time.time() * 1000)
+    p = _producer(bootstrap)
+    start, sent = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        due = int((time.perf_counter() - start) * rate)
+        now_ms = int(time.time() * 1000)
+        while sent < due:
+            key, value, headers = _record(n + sent, devices, run, now_ms)
+            try:
+                p.produce(topics.ingest[0], value=value, key=key, headers=headers)
+            except BufferError:
+                p.poll(0.05)
+                continue
+            sent += 1
+        p.poll(0)
+        time.sleep(0.005)
+    p.flush(60)
+    target = n + sent
+    deadline = time.monotonic() + 120
+    while watch.count < target and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+    watch.stop_flag = True
+    watch.join(10)
+    lat = watch.latency_ms
+    return {
+        "devices": devices,
+        "backlog_messages": n,
+        "raw_ceiling_msgs_per_s": round(ceiling),
+        "enricher_events_per_s": round(sustained),
+        "ratio_to_ceiling": round(sustained / ceiling, 3),
+        "offered_rate_msgs_per_s": rate,
+        "offered_seconds": seconds,
+        "offered_sent": sent,
+        "completed_under_load": watch.count - n,
+        "latency_ms_p50": round(percentile(lat, 0.5)),
+        "latency_ms_p99": round(percentile(lat, 0.99)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print one JSON line per fleet size."""
+    parser = argparse.ArgumentParser(
+        prog="python -m headwater.enricher.bench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--devices", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--messages", type=int, default=100_000, help="backlog size for throughput")
+    parser.add_argument(
+        "--rate", type=int, default=5000, help="offered msg/s for the latency phase"
+    )
+    parser.add_argument("--seconds", type=int, default=30, help="length of the latency phase")
+    parser.add_argument(
+        "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
+    )
+    parser.add_argument("--spark-master", default="local[2]")
+    args = parser.parse_args(argv)
+
+    from headwater.devstack.broker import EmbeddedBroker
+    from headwater.enricher import job
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    broker = None
+    bootstrap = args.bootstrap_servers
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap_servers
+    spark = job.build_session(
+        EnricherSettings(spark_master=args.spark_master, shuffle_partitions=2)
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        for devices in args.devices:
+            result = bench_fleet(spark, bootstrap, devices, args.messages, args.rate, args.seconds)
+            print(json.dumps(result), flush=True)
+    finally:
+        spark.stop()
+        if broker:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

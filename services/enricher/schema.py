@@ -1,0 +1,56 @@
+"""Column layouts shared by the steps, as Spark DDL strings (one place, so steps agree)."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+HEADERS = "array<struct<key:string,value:binary>>"
+
+#: What ``decode`` adds: the envelope (or the master record) and a decode error, if any.
+DECODED_FIELDS = (
+    "kind string, device_key string, message_id string, device_id string, "
+    "content_type string, device_time_ms long, sequence long, payload binary, "
+    "tenant string, gateway_id string, received_ms long, endpoint string, "
+    "site string, area_code string, vendor_format string, model string, "
+    "master_deleted boolean, "
+    "error_stage string, error_reason string, error_class string, error_message string"
+)
+
+#: What ``normalize`` adds: the common-format content of the message.
+NORMALIZED_FIELDS = (
+    "event_type string, source_format string, "
+    "measurements array<struct<name:string,value:double,unit:string>>, "
+    "alarm_code string, alarm_severity int, alarm_text string"
+)
+
+#: The source coordinates and original bytes every step keeps (for dead letters and retries).
+SOURCE_FIELDS = (
+    f"src_topic string, src_partition int, src_offset long, value binary, headers {HEADERS}"
+)
+
+#: One output row per Kafka record the sink produces (see ``kafka_sink``).
+OUTPUT = (
+    f"topic string, key binary, value binary, headers {HEADERS}, role string, label string, "
+    "ref string, event_id string, received_ms long, batch_ms long"
+)
+
+
+def field_names(ddl: str) -> list[str]:
+    """Return the top-level field names of a DDL field list (commas inside <> are nested)."""
+    names, depth, start = [], 0, 0
+    for i, ch in enumerate(ddl + ","):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            names.append(ddl[start:i].strip().split(" ")[0])
+            start = i + 1
+    return names
+
+
+def struct(ddl: str) -> StructType:
+    """Return the StructType of a DDL field list."""
+    parsed = StructType.fromDDL(ddl)
+    assert isinstance(parsed, StructType)
+    return parsed

@@ -1,0 +1,139 @@
+"""Settings of the enricher, read once from ``HEADWATER_ENRICHER_*`` variables.
+
+Every setting is in the table in ``docs/enricher.md``. Command-line flags override the
+environment (``cli.py`` applies them with :func:`dataclasses.replace`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from headwater import topics as t
+from headwater.kafka_settings import KafkaSettings
+from headwater.settings_env import SettingError, env_int, env_str
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(name: str, raw: str) -> float:
+    """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
+    match = _DURATION.match(raw)
+    if not match:
+        raise SettingError(f"{name}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+@dataclass(frozen=True)
+class EnricherTopics:
+    """The topics the enricher reads and writes (the names of ``headwater.topics``)."""
+
+    ingest: tuple[str, ...] = tuple(t.INGEST_TOPICS.values())
+    master: str = t.MASTER_DEVICES_TOPIC
+    events: tuple[tuple[str, str], ...] = tuple(t.EVENT_TOPICS.items())
+    completions: str = t.COMPLETIONS_TOPIC
+    deadletter: str = t.DEADLETTER_TOPIC
+    retry: str = t.RETRY_TOPIC
+    state: str = t.DEVICE_STATE_TOPIC
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> EnricherTopics:
+        """Return the default names with ``prefix`` in front (tests, shared dev clusters)."""
+        base = cls()
+        return cls(
+            ingest=tuple(prefix + n for n in base.ingest),
+            master=prefix + base.master,
+            events=tuple((k, prefix + v) for k, v in base.events),
+            completions=prefix + base.completions,
+            deadletter=prefix + base.deadletter,
+            retry=prefix + base.retry,
+            state=prefix + base.state,
+        )
+
+    def event_topic(self, event_type: str) -> str:
+        """Return the topic of ``event_type`` ("telemetry", "alarm")."""
+        return dict(self.events)[event_type]
+
+    def outputs(self) -> list[str]:
+        """Every topic the enricher writes."""
+        return [v for _, v in self.events] + [
+            self.completions,
+            self.deadletter,
+            self.retry,
+            self.state,
+        ]
+
+
+@dataclass(frozen=True)
+class EnricherSettings:
+    """Everything the enricher can be configured with (see docs/enricher.md)."""
+
+    checkpoint_location: str = ".headwater/enricher/checkpoint"
+    #: "earliest" or "latest"; required when the checkpoint does not exist yet.
+    starting_offsets: str = ""
+    #: "python" (our Data Source on confluent-kafka) or "jvm" (spark-sql-kafka-0-10 jar).
+    kafka_io: str = "python"
+    max_records_per_trigger: int = 20_000
+    trigger_interval_seconds: float = 1.0
+    max_attempts: int = 5
+    retry_backoff_seconds: float = 5.0
+    retry_backoff_max_seconds: float = 300.0
+    dedup_window_seconds: float = 3600.0
+    #: "scan" finds the true end of each partition (needed on the embedded broker, whose
+    #: high watermark lags); "watermark" trusts ListOffsets (real Kafka, one fetch less).
+    end_offsets: str = "scan"
+    spark_master: str = ""
+    shuffle_partitions: int = 4
+    metrics_port: int = 0
+    topics: EnricherTopics = field(default_factory=EnricherTopics)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EnricherSettings:
+        """Read the settings from the environment; raise SettingError on a bad value."""
+        env = os.environ if env is None else env
+        p = "HEADWATER_ENRICHER_"
+
+        def dur(name: str, default: float) -> float:
+            return parse_duration(p + name, env_str(env, p + name, str(default)))
+
+        settings = cls(
+            checkpoint_location=env_str(env, p + "CHECKPOINT_LOCATION", cls.checkpoint_location),
+            starting_offsets=env_str(env, p + "STARTING_OFFSETS", "").lower(),
+            kafka_io=env_str(env, p + "KAFKA_IO", cls.kafka_io).lower(),
+            max_records_per_trigger=env_int(
+                env, p + "MAX_RECORDS_PER_TRIGGER", cls.max_records_per_trigger, 1
+            ),
+            trigger_interval_seconds=dur("TRIGGER_INTERVAL", cls.trigger_interval_seconds),
+            max_attempts=env_int(env, p + "MAX_ATTEMPTS", cls.max_attempts, 1),
+            retry_backoff_seconds=dur("RETRY_BACKOFF", cls.retry_backoff_seconds),
+            retry_backoff_max_seconds=dur("RETRY_BACKOFF_MAX", cls.retry_backoff_max_seconds),
+            dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
+            end_offsets=env_str(env, p + "END_OFFSETS", cls.end_offsets).lower(),
+            spark_master=env_str(env, p + "SPARK_MASTER", ""),
+            shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
+            metrics_port=env_int(env, p + "METRICS_PORT", 0),
+            topics=EnricherTopics.with_prefix(env_str(env, p + "TOPIC_PREFIX", "")),
+            kafka=KafkaSettings.from_env(env),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Raise SettingError when settings contradict each other."""
+        if self.starting_offsets not in ("", "earliest", "latest"):
+            raise SettingError(
+                f"HEADWATER_ENRICHER_STARTING_OFFSETS={self.starting_offsets!r}: use earliest "
+                "or latest"
+            )
+        if self.kafka_io not in ("python", "jvm"):
+            raise SettingError(f"HEADWATER_ENRICHER_KAFKA_IO={self.kafka_io!r}: use python or jvm")
+        if self.end_offsets not in ("scan", "watermark"):
+            raise SettingError(
+                f"HEADWATER_ENRICHER_END_OFFSETS={self.end_offsets!r}: use scan or watermark"
+            )
+        if self.dedup_window_seconds < 1:
+            raise SettingError("HEADWATER_ENRICHER_DEDUP_WINDOW must be at least 1s")

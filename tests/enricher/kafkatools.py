@@ -1,0 +1,191 @@
+"""Test helpers: produce ingest records like the ingest service does, read topics back."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from headwater import record_headers as rh
+from headwater.enricher.settings import EnricherTopics
+from headwater.kafka_admin import ensure_topics
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.topics import TopicSpec
+
+ACME = "application/vnd.acme.telemetry.v1+json"
+GLOBEX = "application/vnd.globex.telemetry.v2+json"
+INITECH = "text/vnd.initech.telemetry.v1+csv"
+ALARM = "application/vnd.acme.alarm.v1+json"
+
+
+def make_topics(bootstrap: str, partitions: int = 2) -> EnricherTopics:
+    """Create a fresh, uniquely prefixed set of enricher topics."""
+    topics = EnricherTopics.with_prefix(f"t{uuid.uuid4().hex[:10]}.")
+    names = [*topics.ingest, topics.master, *topics.outputs()]
+    ensure_topics(bootstrap, [TopicSpec(n, partitions, 1, {}) for n in names])
+    return topics
+
+
+@dataclass(frozen=True)
+class Msg:
+    """One device message to ingest."""
+
+    message_id: str
+    device_id: str
+    content_type: str
+    payload: bytes
+    sequence: int = 1
+    device_time_ms: int = 1_700_000_000_000
+    endpoint: str = "telemetry"
+
+
+def envelope(m: Msg) -> bytes:
+    dm = device_message_pb2.DeviceMessage(
+        message_id=m.message_id,
+        device_id=m.device_id,
+        sequence=m.sequence,
+        content_type=m.content_type,
+        payload=m.payload,
+    )
+    dm.device_time.FromMilliseconds(m.device_time_ms)
+    return dm.SerializeToString()
+
+
+def ingest_headers(m: Msg, received_ms: int | None = None) -> list[tuple[str, bytes]]:
+    return [
+        (rh.MESSAGE_ID, m.message_id.encode()),
+        (rh.GATEWAY_ID, b"gw-001"),
+        (rh.TENANT, b"acme-tenant"),
+        (rh.CONTENT_TYPE, m.content_type.encode()),
+        (rh.RECEIVED_AT_MS, str(received_ms or int(time.time() * 1000)).encode()),
+        (rh.ENDPOINT, m.endpoint.encode()),
+        (rh.TRACEPARENT, b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+    ]
+
+
+def producer(bootstrap: str) -> Producer:
+    # The embedded broker supports confluent-kafka's idempotent producer.
+    return Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+    )
+
+
+def ingest(
+    bootstrap: str, topics: EnricherTopics, msgs: list[Msg], raw: list[tuple[str, bytes]] = ()
+) -> None:
+    """Produce ``msgs`` to the ingest topic of their endpoint; ``raw`` is (key, value) junk."""
+    p = producer(bootstrap)
+    by_endpoint = {"telemetry": topics.ingest[0], "alarms": topics.ingest[1]}
+    for m in msgs:
+        p.produce(
+            by_endpoint[m.endpoint],
+            key=m.device_id.encode(),
+            value=envelope(m),
+            headers=ingest_headers(m),
+        )
+    for key, value in raw:
+        p.produce(
+            topics.ingest[0],
+            key=key.encode(),
+            value=value,
+            headers=[(rh.MESSAGE_ID, b"raw-" + key.encode())],
+        )
+    assert p.flush(30) == 0
+
+
+def master(
+    bootstrap: str, topics: EnricherTopics, device_id: str, site: str = "plant-1", area: str = "A1"
+) -> None:
+    p = producer(bootstrap)
+    dm = device_master_pb2.DeviceMaster(
+        device_id=device_id, site=site, area_code=area, vendor_format="acme.v1+json", model="m1"
+    )
+    p.produce(topics.master, key=device_id.encode(), value=dm.SerializeToString())
+    assert p.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout_s: float = 30) -> list[Any]:
+    """Read every record of ``topic`` until it has been idle for ``idle_s``."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    meta = c.list_topics(topic, timeout=10).topics[topic]
+    c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+        for m in c.consume(1000, timeout=0.2):
+            if m.error() is None:
+                out.append(m)
+                last = time.monotonic()
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(m.error())
+    c.close()
+    return out
+
+
+def acme(temp: float, hum: float) -> bytes:
+    return json.dumps({"temp_c": temp, "hum_pct": hum}).encode()
+
+
+class TopicReader:
+    """Reads a topic from the beginning, keeping everything seen so far."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.records: list[Any] = []
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"r-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+            }
+        )
+        meta = self._c.list_topics(topic, timeout=10).topics[topic]
+        self._c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+
+    def poll(self, seconds: float = 0.2) -> list[Any]:
+        new = [m for m in self._c.consume(1000, timeout=seconds) if m.error() is None]
+        self.records += new
+        return new
+
+    def until(self, done: Any, timeout_s: float, tick: Any = None) -> list[Any]:
+        """Poll until ``done(records)`` is true; raise TimeoutError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not done(self.records):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{self.topic}: condition not met with {len(self.records)} records"
+                )
+            if tick is not None:
+                tick()
+            self.poll(0.5)
+        return self.records
+
+    def close(self) -> None:
+        self._c.close()
+
+
+TERMINAL = {"OUTCOME_ENRICHED", "OUTCOME_DEAD_LETTERED", "OUTCOME_DUPLICATE"}
+
+
+def completions(records: list[Any]) -> list[Any]:
+    from headwater.proto.events.v1 import completion_pb2
+
+    return [completion_pb2.Completion.FromString(m.value()) for m in records]
+
+
+def outcome(c: Any) -> str:
+    from headwater.proto.events.v1 import completion_pb2
+
+    return completion_pb2.Outcome.Name(c.outcome)

@@ -1,0 +1,148 @@
+"""Failures on purpose: SIGKILL mid-batch and restart; a checkpoint the log no longer matches."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from headwater.devstack.broker import EmbeddedBroker
+from headwater.enricher import job
+from headwater.enricher.settings import EnricherSettings
+from headwater.kafka_settings import KafkaSettings
+from tests.enricher.kafkatools import (
+    ACME,
+    TERMINAL,
+    Msg,
+    TopicReader,
+    acme,
+    completions,
+    ingest,
+    make_topics,
+    master,
+    outcome,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _enricher(env: dict[str, str], log: Path, max_seconds: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", str(max_seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log.open("ab"),
+        start_new_session=True,  # its own group: SIGKILL reaches the JVM too
+    )
+
+
+def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topics = make_topics(kafka_bootstrap)
+    for d in range(10):
+        master(kafka_bootstrap, topics, f"dev-{d}")
+    msgs = [Msg(f"k{i}", f"dev-{i % 10}", ACME, acme(i, 50), i // 10 + 1) for i in range(300)]
+    ingest(kafka_bootstrap, topics, msgs)
+    prefix = topics.completions.removesuffix("completions.v1")
+    env = os.environ | {
+        "PYSPARK_PYTHON": sys.executable,
+        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "HEADWATER_ENRICHER_TOPIC_PREFIX": prefix,
+        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(tmp_path / "cp"),
+        "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
+        "HEADWATER_ENRICHER_MAX_RECORDS_PER_TRIGGER": "25",
+        "HEADWATER_ENRICHER_TRIGGER_INTERVAL": "100ms",
+        "HEADWATER_ENRICHER_SPARK_MASTER": "local[2]",
+        "HEADWATER_ENRICHER_SHUFFLE_PARTITIONS": "2",
+    }
+    reader = TopicReader(kafka_bootstrap, topics.completions)
+    first = _enricher(env, tmp_path / "first.log", 240)
+    try:
+        reader.until(
+            lambda r: len(r) >= 40, 150, lambda: first.poll() is None or pytest.fail("exited early")
+        )
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    seen_before_kill = len(reader.records)
+    assert seen_before_kill < len(msgs), "killed too late to be mid-stream"
+    second = _enricher(env, tmp_path / "second.log", 240)
+    wanted = {m.message_id for m in msgs}
+    try:
+        done = lambda r: wanted <= {c.message_id for c in completions(r) if outcome(c) in TERMINAL}  # noqa: E731
+        reader.until(done, 200, lambda: second.poll() is None or pytest.fail("restart exited"))
+    finally:
+        second.send_signal(signal.SIGTERM)  # graceful: stops the query, prints the summary
+        out, _ = second.communicate(timeout=60)
+        os.killpg(second.pid, signal.SIGKILL)  # whatever is left of the group
+    reader.poll(1.0)
+    distinct: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+    for c in completions(reader.records):
+        if outcome(c) in TERMINAL:
+            distinct.setdefault(c.message_id, set()).add(
+                (outcome(c), tuple(e.event_id for e in c.events))
+            )
+    assert {k: len(v) for k, v in distinct.items()} == dict.fromkeys(wanted, 1)
+    assert second.returncode == 0
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert {
+        "batches",
+        "input_rows",
+        "events",
+        "completions",
+        "dead_letters",
+        "retries",
+        "state_snapshots",
+    } <= summary.keys()
+    reader.close()
+
+
+def test_checkpoint_beyond_the_log_fails_loudly(spark, tmp_path: Path) -> None:
+    broker = EmbeddedBroker(log_path=tmp_path / "broker.log").start()
+    try:
+        bs = broker.bootstrap_servers
+        topics = make_topics(bs, partitions=1)
+        master(bs, topics, "dev-1")
+        ingest(bs, topics, [Msg(f"g{i}", "dev-1", ACME, acme(i, i), i + 1) for i in range(6)])
+        s = EnricherSettings(
+            checkpoint_location=str(tmp_path / "cp"),
+            starting_offsets="earliest",
+            trigger_interval_seconds=0.2,
+            topics=topics,
+            kafka=KafkaSettings(bootstrap_servers=bs),
+        )
+        q = job.start(spark, s, str(tmp_path / "stats.jsonl"))
+        reader = TopicReader(bs, topics.completions)
+        reader.until(lambda r: len(r) >= 6, 90)
+        reader.close()
+        q.stop()
+        # The broker loses everything (as retention or a recreated topic would): the
+        # checkpoint now points past the end of the new, shorter log.
+        broker.stop()
+        broker = EmbeddedBroker(port=broker.port, log_path=tmp_path / "broker2.log").start()
+        make_topics_same = [*topics.ingest, topics.master, *topics.outputs()]
+        from headwater.kafka_admin import ensure_topics
+        from headwater.topics import TopicSpec
+
+        ensure_topics(bs, [TopicSpec(n, 1, 1, {}) for n in make_topics_same])
+        ingest(bs, topics, [Msg("g-new", "dev-1", ACME, acme(1, 1), 1)])
+        q2 = job.start(spark, s, str(tmp_path / "stats.jsonl"))
+        deadline = time.monotonic() + 90
+        with pytest.raises(StreamingQueryException) as failed:
+            while time.monotonic() < deadline:
+                q2.awaitTermination(1)
+        assert not q2.isActive, "the query must stop, not skip"
+        message = str(failed.value)
+        assert "OffsetGapError" in message
+        assert "recreated or truncated" in message, message[:500]
+        assert "HEADWATER_ENRICHER_STARTING_OFFSETS" in message
+    finally:
+        broker.stop()
