@@ -1,68 +1,122 @@
-"""Render the chart offline with Helm's Go SDK and load the CRD schemas of the operators."""
+"""Render the chart offline with Helm's Go SDK; load Kubernetes and CRD schemas once."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "headwater"
-CRDS = ROOT.parent / "shared" / "crds"
 K8S = ROOT / "k8s"
+# CI checks out shared/ next to the repository.
+CRDS = ROOT.parent / "shared" / "crds"
 KUBERNETES_VERSION = "1.33.0"
+RELEASE, NAMESPACE = "hw", "headwater"
+
+MINIMAL: dict[str, Any] = {
+    "enricher": {"enabled": False},
+    "topics": {"hook": {"enabled": False}},
+    "tests": {"enabled": False},
+    "serviceAccount": {"create": False},
+    "ingest": {
+        "replicas": 1,
+        "podDisruptionBudget": {"enabled": False},
+        "networkPolicy": {"enabled": False},
+        "service": {"headless": False},
+        "auth": {"existingSecret": "gateway-tokens"},
+    },
+}
 
 VALUES_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "production": yaml.safe_load((K8S / "values-production.yaml").read_text()),
     "dev": yaml.safe_load((K8S / "values-dev.yaml").read_text()),
-    "minimal": {
-        "enricher": {"enabled": False},
-        "topics": {"hook": {"enabled": False}},
-        "ingest": {
-            "autoscaling": {
-                "enabled": False,
-                "minReplicas": 1,
-                "maxReplicas": 1,
-                "targetCPUUtilizationPercentage": 80,
-            },
-            "podDisruptionBudget": {"enabled": False, "minAvailable": 1},
-            "networkPolicy": {"enabled": False, "ingressFrom": []},
-            "service": {"type": "ClusterIP", "port": 50051, "headless": False, "annotations": {}},
-        },
-        "serviceAccount": {"create": False, "annotations": {}},
-    },
+    "minimal": MINIMAL,
 }
 
 
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Render the chart as an install of release "hw" and return every object."""
+def render_files(values: dict[str, Any]) -> dict[str, str]:
+    """Render the chart as an install of release "hw"; return {template path: text}."""
     import helm_python as helm
 
     chart = helm.Chart.load(str(CHART))
-    files = chart.render(values, name="hw", namespace="headwater", is_install=True)
+    return chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Render the chart and return every object (NOTES.txt left out)."""
     objects = []
-    for path, text in files.items():
-        if path.endswith(".txt"):
-            continue
-        objects += [doc for doc in yaml.safe_load_all(text) if doc]
+    for path, text in render_files(values).items():
+        if not path.endswith(".txt"):
+            objects += [doc for doc in yaml.safe_load_all(text) if doc]
     return objects
 
 
 @pytest.fixture(scope="session", params=list(VALUES_SETS))
 def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    """(name of the values set, its rendered objects), rendered once per session."""
     return request.param, render(VALUES_SETS[request.param])
 
 
-def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """Return {(apiVersion, kind): openAPIV3Schema} for every served CRD version."""
+def _strict(schema: Any) -> Any:
+    """Return ``schema`` with unknown fields refused where the API server would prune them.
+
+    CRD schemas leave additionalProperties open because the API server silently drops
+    unknown fields; a typo in a template would then vanish on apply. Refusing them here
+    turns that silent loss into a test failure.
+    """
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def load_crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """{(apiVersion, kind): strict openAPIV3Schema} for every served version in shared/crds."""
+    assert CRDS.is_dir(), f"CRD schemas not found at {CRDS} (shared/ beside the repository)"
     schemas = {}
-    for path in CRDS.glob("*.yaml"):
+    for path in sorted(CRDS.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             if version.get("served"):
-                schemas[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
+                schema = _strict(version["schema"]["openAPIV3Schema"])
+                schemas[(f"{group}/{version['name']}", kind)] = schema
     return schemas
+
+
+@pytest.fixture(scope="session")
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    return load_crd_schemas()
+
+
+@pytest.fixture(scope="session")
+def validate(crd_schemas):
+    """Validate one object: CRD schema for custom resources, Kubernetes schema otherwise."""
+
+    def check(obj: dict[str, Any]) -> None:
+        key = (obj["apiVersion"], obj["kind"])
+        if key in crd_schemas:
+            error = jsonschema.exceptions.best_match(
+                jsonschema.Draft7Validator(crd_schemas[key]).iter_errors(obj)
+            )
+            if error is not None:  # the message and path only: the schemas are huge
+                raise AssertionError(f"at {error.json_path}: {error.message}")
+        else:
+            kubernetes_validate.validate(copy.deepcopy(obj), KUBERNETES_VERSION, strict=True)
+
+    return check
