@@ -5,66 +5,159 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` command group."""
     group = subparsers.add_parser(
-        "bench", help="benchmarks", description="Benchmarks with ceilings measured in the same run."
+        "bench",
+        help="benchmarks",
+        description="Benchmarks that print numbers and ratios against ceilings measured in "
+        "the same run.",
     )
     commands = group.add_subparsers(dest="bench_command", required=True, metavar="COMMAND")
     ingest = commands.add_parser(
         "ingest",
         help="the ingest path against a bare gRPC echo and the raw Kafka producers",
         description=(
-            "Start the embedded broker, the ingest service and a bare gRPC echo server; "
-            "measure raw aiokafka and confluent-kafka producers, echo calls, and ingest "
-            "single-message calls, batch calls and streams on the same records; print "
-            "msgs/s, MB/s, p50/p99, peak RSS and the targets met or missed."
+            "Start the embedded broker (or use --bootstrap), the ingest server and a bare "
+            "grpc.aio echo server, each in its own process, and drive them from this one. "
+            "Per payload size: ceilings (echo RPC, raw aiokafka and confluent-kafka producers "
+            "on the same records), then ingest single-message calls, batch calls and "
+            "bidirectional streams. Prints msgs/s, MB/s (payload bytes), p50/p99 per call or "
+            "frame, the server's peak RSS, ratios to the ceilings and each target met or "
+            "missed. With --overload-seconds it runs the memory check instead: measure "
+            "capacity, offer twice it for that long, report the server's RSS growth."
         ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     ingest.add_argument(
-        "--single-messages", type=int, default=20_000, help="messages for single-message calls"
+        "--messages", type=int, default=100_000, help="at most this many messages per scenario"
     )
     ingest.add_argument(
-        "--batch-messages",
-        type=int,
-        default=100_000,
-        help="messages for batches, streams, raw producers",
+        "--duration", type=float, default=10.0, help="at most this many seconds per scenario"
     )
     ingest.add_argument(
         "--payload-sizes", default="200,1024", help="comma-separated payload sizes in bytes"
+    )
+    ingest.add_argument("--single-callers", type=int, default=64, help="concurrent single callers")
+    ingest.add_argument("--batch-size", type=int, default=100, help="messages per batch / frame")
+    ingest.add_argument("--batch-callers", type=int, default=4, help="concurrent batch callers")
+    ingest.add_argument("--streams", type=int, default=4, help="concurrent streams")
+    ingest.add_argument(
+        "--writer",
+        choices=("aiokafka", "confluent"),
+        default="aiokafka",
+        help="the server's RecordWriter (confluent = prototype, not the service default)",
     )
     ingest.add_argument(
         "--overload-seconds",
         type=float,
         default=0.0,
-        help="also offer ~2x capacity this long and report RSS growth",
+        help="memory check instead of the scenarios: offer ~2x capacity this long "
+        "(largest payload size) and report the server's RSS growth",
     )
     ingest.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
-    ingest.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    ingest.add_argument(
+        "--json", action="store_true", help="also print the whole report as one JSON line, last"
+    )
     ingest.set_defaults(func=_ingest)
 
 
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 100:
+        return f"{int(value):,}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def render(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """A plain-text table of ``rows`` with (key, heading) columns."""
+    cells = [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h) in enumerate(columns)]
+    lines = ["  ".join(h.ljust(w) for (_, h), w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) for c in cells]
+    return "\n".join(lines)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """Print the report as tables."""
+    m = report["machine_at_start"]
+    print(
+        f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, Python "
+        f"{m['python']}; load average {m['loadavg']} at start, "
+        f"{report['machine_at_end']['loadavg']} at end; broker: {report['broker']}; "
+        f"server writer: {report['options']['writer']}"
+    )
+    if report["results"]:
+        print()
+        print(
+            render(
+                report["results"],
+                [
+                    ("scenario", "scenario"),
+                    ("payload", "payload B"),
+                    ("messages", "msgs"),
+                    ("msgs_per_s", "msgs/s"),
+                    ("mb_per_s", "MB/s"),
+                    ("p50_ms", "p50 ms"),
+                    ("p99_ms", "p99 ms"),
+                    ("failed", "failed"),
+                    ("server_peak_rss_mb", "server peak RSS MB"),
+                ],
+            )
+        )
+    if "overload" in report:
+        o = report["overload"]
+        print()
+        print(
+            f"overload: {o['seconds']:g} s of batch calls ({o['payload']} B payloads) offered at "
+            f"{o['offered_msgs_per_s']:,} msgs/s = 2x measured capacity "
+            f"{o['capacity_msgs_per_s']:,} msgs/s; answers {o['codes']}, not sent "
+            f"(client cap) {o['not_sent']}"
+        )
+        print(
+            f"server RSS {o['rss_before_mb']} MB before -> {o['rss_end_of_window_mb']} MB at "
+            f"the end of the window (growth {o['rss_growth_mb']} MB; "
+            f"{o['rss_growth_second_half_mb']} MB in its second half; peak {o['rss_peak_mb']} "
+            f"MB); {o['rss_after_drain_mb']} MB after the last answer ({o['drain_s']} s "
+            f"later); answers OK again after {o['answers_ok_after_s']} s"
+        )
+        print("RSS series (s, MB):", o["rss_series_mb"])
+    print()
+    print(
+        render(
+            report["targets"],
+            [
+                ("payload", "payload B"),
+                ("target", "target"),
+                ("value", "value"),
+                ("verdict", "verdict"),
+            ],
+        )
+    )
+
+
 def _ingest(args: argparse.Namespace) -> int:
-    from headwater.bench.ingest import BenchOptions, run_benchmark
-    from headwater.ops.render import table
+    from headwater.bench.ingest_bench import BenchOptions, run_benchmark
 
     opts = BenchOptions(
-        single_messages=args.single_messages,
-        batch_messages=args.batch_messages,
+        messages=args.messages,
+        duration_s=args.duration,
         payload_sizes=tuple(int(s) for s in args.payload_sizes.split(",")),
+        single_callers=args.single_callers,
+        batch_size=args.batch_size,
+        batch_callers=args.batch_callers,
+        streams=args.streams,
+        writer=args.writer,
         overload_seconds=args.overload_seconds,
     )
     report = asyncio.run(run_benchmark(opts, args.bootstrap))
+    print_report(report)
     if args.json:
-        print(json.dumps(report))
-        return 0
-    print(f"machine: {report['machine']}")
-    print(table(report["results"], list(report["results"][0])))
-    print()
-    print(table(report["targets"], ["payload", "target", "value", "met"]))
-    if "overload" in report:
-        print()
-        print("overload:", json.dumps(report["overload"]))
+        print(json.dumps(report, separators=(",", ":")))
     return 0

@@ -1,0 +1,155 @@
+"""A prototype RecordWriter on confluent-kafka (librdkafka), for the benchmark.
+
+Not the default: the ingest service uses ``AiokafkaWriter``. This exists so
+``headwater bench ingest --writer confluent`` can measure whether the produce client is
+the limit. librdkafka builds and sends batches in C threads; delivery reports are served
+by one poll thread and handed to the event loop in bulk (one ``call_soon_threadsafe`` per
+poll, not per record). Errors are translated to aiokafka's error classes so the servicer's
+one error mapping (``status.from_kafka_error``) applies unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, NamedTuple
+
+from aiokafka import errors as kafka_errors
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from headwater.ingest.producer import Headers
+from headwater.kafka_settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+class Delivered(NamedTuple):
+    """What the servicer reads from an acknowledged record (as aiokafka's RecordMetadata)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def _exception(err: KafkaError) -> Exception:
+    code = err.code()
+    if code in (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+        return kafka_errors.KafkaTimeoutError(err.str())
+    if code == KafkaError.MSG_SIZE_TOO_LARGE:
+        return kafka_errors.MessageSizeTooLargeError(err.str())
+    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._QUEUE_FULL):
+        return kafka_errors.KafkaConnectionError(err.str())
+    if code > 0:  # a broker error code: the Kafka protocol's numbering, as aiokafka's
+        return kafka_errors.for_code(code)(err.str())
+    return kafka_errors.KafkaError(err.str())
+
+
+class ConfluentWriter:
+    """A RecordWriter on one librdkafka producer with acks=all."""
+
+    def __init__(self, settings: KafkaSettings, produce_timeout_s: float) -> None:
+        self._settings = settings
+        self._timeout_s = produce_timeout_s
+        self._producer: Producer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poller: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._connected = False
+        self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
+
+    @property
+    def connected(self) -> bool:
+        """True once the producer has fetched cluster metadata."""
+        return self._connected
+
+    async def start(self) -> None:
+        """Create the producer and fetch metadata (bounded); raise if unreachable."""
+        if self._connected:
+            return
+        s = self._settings
+        conf = s.confluent_config() | {
+            "client.id": "headwater-ingest",
+            "acks": "all",
+            # Java's and aiokafka's key hashing, so a device keeps its partition across clients
+            # (librdkafka's own default, consistent_random, hashes differently).
+            "partitioner": "murmur2_random",
+            "enable.idempotence": s.enable_idempotence,
+            "linger.ms": s.linger_ms,
+            "compression.type": s.compression_type,
+            "message.timeout.ms": int(self._timeout_s * 1000),
+            "message.max.bytes": 2 * 1024 * 1024,
+            "queue.buffering.max.kbytes": 256 * 1024,
+        }
+        producer = Producer(conf)
+        loop = asyncio.get_running_loop()
+        timeout = self._timeout_s
+        try:
+            await loop.run_in_executor(None, lambda: producer.list_topics(timeout=timeout))
+        except KafkaException as exc:
+            raise kafka_errors.KafkaConnectionError(str(exc)) from exc
+        self._producer, self._loop = producer, loop
+        self._stopping.clear()
+        self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
+        self._poller.start()
+        self._connected = True
+
+    def _poll(self) -> None:
+        """Serve delivery reports; hand each poll's acks to the loop in one call."""
+        producer, loop = self._producer, self._loop
+        assert producer is not None and loop is not None
+        while not self._stopping.is_set():
+            producer.poll(0.05)
+            if self._acks:
+                acks, self._acks = self._acks, []
+                loop.call_soon_threadsafe(_resolve, acks)
+
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[Delivered]:
+        """Queue one record; the future resolves with its partition and offset."""
+        producer = self._producer
+        if producer is None or self._loop is None:
+            raise RuntimeError("writer not started")
+        future: asyncio.Future[Delivered] = self._loop.create_future()
+
+        def delivered(err: Any, msg: Any) -> None:
+            self._acks.append((future, err, msg))
+
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=list(headers), on_delivery=delivered)
+                break
+            except BufferError:  # librdkafka's queue is full: wait for acks to drain it
+                await asyncio.sleep(0.005)
+        return future
+
+    async def stop(self, timeout_s: float) -> None:
+        """Flush what is queued for at most ``timeout_s``, then stop (idempotent)."""
+        producer, self._producer, self._connected = self._producer, None, False
+        if producer is None:
+            return
+        loop = asyncio.get_running_loop()
+        # Stop the poll thread first, so flush() below is the only one serving callbacks.
+        self._stopping.set()
+        if self._poller is not None:
+            await loop.run_in_executor(None, self._poller.join, 1.0)
+        left = await loop.run_in_executor(None, producer.flush, timeout_s)
+        if left:
+            log.error(
+                "producer flush did not finish in time; unacknowledged records were never "
+                "answered OK, so gateways will resend them",
+                extra={"timeout_s": timeout_s, "unflushed": left},
+            )
+        acks, self._acks = self._acks, []
+        _resolve(acks)
+
+
+def _resolve(acks: list[tuple[asyncio.Future[Delivered], Any, Any]]) -> None:
+    for future, err, msg in acks:
+        if future.done():
+            continue
+        if err is not None:
+            future.set_exception(_exception(err))
+        else:
+            future.set_result(Delivered(msg.topic(), msg.partition(), msg.offset()))

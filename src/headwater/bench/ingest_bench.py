@@ -1,0 +1,344 @@
+"""``headwater bench ingest``: the ingest path against its ceilings, in one run.
+
+Processes: the broker (embedded Tansu, or ``--bootstrap``), the ingest server
+(``headwater.bench.server_proc``, the same ``IngestServer`` as ``headwater ingest serve``),
+a bare grpc.aio echo server, and this process, the load generator. Every scenario uses a
+prefix of the same records and stops at ``--messages`` or ``--duration``, whichever first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import grpc
+
+from headwater import record_headers as rh
+from headwater.bench import loadgen, server_proc
+from headwater.bench.loadgen import Measured, Record, length_field
+from headwater.bench.report import Row, machine, make_row, verdicts
+from headwater.devstack.broker import EmbeddedBroker, free_port
+from headwater.kafka_admin import ensure_topics
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.topics import INGEST_TOPICS, TopicSpec
+
+ECHO_METHOD = "/headwater.bench.Echo/Echo"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The size and shape of one run."""
+
+    messages: int = 100_000
+    duration_s: float = 10.0
+    payload_sizes: tuple[int, ...] = (200, 1024)
+    single_callers: int = 64
+    batch_size: int = 100
+    batch_callers: int = 4
+    streams: int = 4
+    stream_window: int = 8
+    writer: str = "aiokafka"
+    overload_seconds: float = 0.0
+
+
+def make_records(count: int, size: int) -> list[Record]:
+    """``count`` valid telemetry messages, as records: (device id, message bytes, headers)."""
+    base = device_message_pb2.DeviceMessage(
+        content_type="application/octet-stream", sequence=1, payload=os.urandom(size)
+    )
+    base.device_time.GetCurrentTime()
+    now_ms = str(int(time.time() * 1000)).encode()
+    trace = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01".encode()
+    records = []
+    for i in range(count):
+        base.message_id = uuid.uuid4().hex
+        base.device_id = f"bench-{i % 1000:04d}"
+        headers: list[tuple[str, str | bytes | None]] = [
+            (rh.MESSAGE_ID, base.message_id.encode()),
+            (rh.CONTENT_TYPE, base.content_type.encode()),
+            (rh.GATEWAY_ID, b"anonymous"),
+            (rh.TENANT, b"default"),
+            (rh.RECEIVED_AT_MS, now_ms),
+            (rh.ENDPOINT, b"telemetry"),
+            (rh.TRACEPARENT, trace),
+        ]
+        records.append((base.device_id.encode(), base.SerializeToString(), headers))
+    return records
+
+
+def run_echo_server(port: int) -> None:
+    """A bare grpc.aio server: one generic unary method answering 16 bytes (child process)."""
+
+    async def serve() -> None:
+        async def echo(request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+            return request[:16]
+
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(
+            echo, request_deserializer=None, response_serializer=None
+        )
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("headwater.bench.Echo", {"Echo": handler})]
+        )
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+async def _wait_ready(channel: grpc.aio.Channel, request: bytes, within_s: float = 30) -> None:
+    call = channel.unary_unary(loadgen.PUBLISH)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if loadgen.failed_in(await call(request, timeout=2)) == 0:
+                return
+        except grpc.aio.AioRpcError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the ingest server did not answer OK within 30 s")
+
+
+class _Run:
+    """Shared state of one run: servers, channels and the options."""
+
+    def __init__(
+        self,
+        opts: BenchOptions,
+        bootstrap: str,
+        pid: int,
+        ingest: grpc.aio.Channel,
+        echo: grpc.aio.Channel,
+    ) -> None:
+        self.opts, self.bootstrap, self.pid = opts, bootstrap, pid
+        self.ingest, self.echo = ingest, echo
+
+    def deadline(self) -> float:
+        """When a scenario started now must stop."""
+        return time.perf_counter() + self.opts.duration_s
+
+    async def server_scenario(
+        self, key: str, name: str, size: int, load: Callable[[], Awaitable[Measured]]
+    ) -> Row:
+        """Run one ingest scenario; its row carries the server's peak RSS during it."""
+        server_proc.reset_peak(self.pid)
+        m = await load()
+        return make_row(key, name, "ingest", size, m, server_proc.status_mb(self.pid, "VmHWM"))
+
+    async def size_run(self, size: int) -> list[Row]:
+        o, rows = self.opts, []
+        records = make_records(o.messages, size)
+        raw_topic = f"bench.raw.{size}"
+        ensure_topics(self.bootstrap, [TopicSpec(raw_topic, 3, 1)])
+        m = await loadgen.raw_aiokafka(self.bootstrap, raw_topic, records, self.deadline())
+        rows.append(
+            make_row("raw_aiokafka", "raw aiokafka (same records + headers)", "ceiling", size, m)
+        )
+        m = await loadgen.raw_aiokafka(
+            self.bootstrap, raw_topic, records, self.deadline(), headers=False
+        )
+        rows.append(make_row("raw_aiokafka_bare", "raw aiokafka, no headers", "info", size, m))
+        m = await asyncio.to_thread(
+            loadgen.raw_confluent, self.bootstrap, raw_topic, records, self.deadline()
+        )
+        rows.append(
+            make_row(
+                "raw_confluent", "raw confluent-kafka producer (same records)", "ceiling", size, m
+            )
+        )
+
+        singles = [length_field(1, value) for _, value, _ in records]
+        n = o.batch_size
+        batches = [b"".join(singles[i : i + n]) for i in range(0, len(singles), n)]
+        frames = [
+            b"".join(length_field(2, v) for _, v, _ in records[i : i + n])
+            for i in range(0, len(records), n)
+        ]
+        m = await loadgen.unary_load(
+            self.echo, ECHO_METHOD, singles, 1, o.single_callers, self.deadline()
+        )
+        rows.append(
+            make_row(
+                "echo_single",
+                f"bare grpc echo, 1 msg/call, {o.single_callers} callers",
+                "ceiling",
+                size,
+                m,
+            )
+        )
+        m = await loadgen.unary_load(
+            self.echo, ECHO_METHOD, batches, n, o.batch_callers, self.deadline()
+        )
+        rows.append(
+            make_row(
+                "echo_batch",
+                f"bare grpc echo, {n} msgs/call, {o.batch_callers} callers",
+                "info",
+                size,
+                m,
+            )
+        )
+
+        rows.append(
+            await self.server_scenario(
+                "single",
+                f"ingest single-message, {o.single_callers} callers",
+                size,
+                lambda: loadgen.unary_load(
+                    self.ingest,
+                    loadgen.PUBLISH,
+                    singles,
+                    1,
+                    o.single_callers,
+                    self.deadline(),
+                    loadgen.failed_in,
+                ),
+            )
+        )
+        rows.append(
+            await self.server_scenario(
+                "batch",
+                f"ingest batch of {n}, {o.batch_callers} callers",
+                size,
+                lambda: loadgen.unary_load(
+                    self.ingest,
+                    loadgen.PUBLISH,
+                    batches,
+                    n,
+                    o.batch_callers,
+                    self.deadline(),
+                    loadgen.failed_in,
+                ),
+            )
+        )
+        rows.append(
+            await self.server_scenario(
+                "stream",
+                f"ingest streams ({o.streams}), frames of {n}, window {o.stream_window}",
+                size,
+                lambda: loadgen.stream_load(
+                    self.ingest, frames, o.streams, self.deadline(), o.stream_window
+                ),
+            )
+        )
+        return rows
+
+    async def overload(self, size: int) -> dict[str, Any]:
+        """Measure capacity (batch calls, <= 5 s), then offer twice it for overload_seconds."""
+        o, n = self.opts, self.opts.batch_size
+        records = make_records(n * 200, size)
+        batches = [
+            b"".join(length_field(1, v) for _, v, _ in records[i : i + n])
+            for i in range(0, len(records), n)
+        ]
+        cal = await loadgen.unary_load(
+            self.ingest,
+            loadgen.PUBLISH,
+            batches * 50,
+            n,
+            o.batch_callers,
+            time.perf_counter() + min(5.0, o.duration_s),
+            loadgen.failed_in,
+        )
+        capacity = cal.messages / cal.seconds
+        offered_calls_per_s = 2 * capacity / n
+        before = server_proc.status_mb(self.pid, "VmRSS")
+        server_proc.reset_peak(self.pid)
+        out = await loadgen.overload(
+            self.ingest,
+            batches[0],
+            offered_calls_per_s,
+            o.overload_seconds,
+            lambda: server_proc.status_mb(self.pid, "VmRSS"),
+        )
+        after_drain = server_proc.status_mb(self.pid, "VmRSS")
+        peak = server_proc.status_mb(self.pid, "VmHWM")
+        started = time.perf_counter()
+        await _wait_ready(self.ingest, batches[1], within_s=10)
+        series = out["rss_series_mb"]
+        end = series[-1][1]  # at the end of the window, load still on
+        mid = next(mb for t, mb in series if t >= o.overload_seconds / 2)
+        return {
+            "payload": size,
+            "seconds": o.overload_seconds,
+            "capacity_msgs_per_s": round(capacity),
+            "offered_msgs_per_s": round(offered_calls_per_s * n),
+            "rss_before_mb": before,
+            "rss_end_of_window_mb": end,
+            "rss_growth_mb": round(end - before, 1),
+            "rss_growth_second_half_mb": round(end - mid, 1),
+            "rss_peak_mb": peak,
+            "rss_after_drain_mb": after_drain,
+            "answers_ok_after_s": round(time.perf_counter() - started, 2),
+            **out,
+        }
+
+
+async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dict[str, Any]:
+    """Run every scenario (or, with overload_seconds, the memory check) and report."""
+    report: dict[str, Any] = {
+        "command": " ".join(["headwater", *sys.argv[1:]]) if sys.argv else "",
+        "machine_at_start": machine(),
+        "options": asdict(opts),
+    }
+    broker = None if bootstrap else EmbeddedBroker().start()
+    servers = bootstrap or (broker.bootstrap_servers if broker else "")
+    echo_proc = ingest_proc = None
+    try:
+        report["broker"] = "--bootstrap " + servers if bootstrap else "embedded Tansu"
+        ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
+        echo_port, ingest_port = free_port(), free_port()
+        echo_proc = multiprocessing.get_context("spawn").Process(
+            target=run_echo_server, args=(echo_port,), daemon=True
+        )
+        echo_proc.start()
+        ingest_proc = server_proc.start(servers, ingest_port, opts.writer)
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{ingest_port}") as ingest,
+            grpc.aio.insecure_channel(f"127.0.0.1:{echo_port}") as echo,
+        ):
+            warm = make_records(64, 200)
+            await _wait_ready(ingest, length_field(1, warm[0][1]))
+            await asyncio.wait_for(echo.channel_ready(), 30)
+            await loadgen.unary_load(  # warm up connections and code paths
+                ingest,
+                loadgen.PUBLISH,
+                [length_field(1, r[1]) for r in warm],
+                1,
+                8,
+                time.perf_counter() + 5,
+            )
+            run = _Run(opts, servers, ingest_proc.pid, ingest, echo)
+            rows: list[Row] = []
+            overload = None
+            if opts.overload_seconds:
+                overload = await run.overload(max(opts.payload_sizes))
+                report["overload"] = overload
+            else:
+                for size in opts.payload_sizes:
+                    rows += await run.size_run(size)
+            report["results"] = [asdict(r) for r in rows]
+            report["targets"] = verdicts(rows, overload)
+            report["server_peak_rss_mb"] = server_proc.status_mb(ingest_proc.pid, "VmHWM")
+            report["machine_at_end"] = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+            return report
+    finally:
+        if ingest_proc is not None:
+            ingest_proc.terminate()
+            try:
+                ingest_proc.wait(30)
+            except Exception:
+                ingest_proc.kill()
+        if echo_proc is not None:
+            echo_proc.terminate()
+            echo_proc.join(10)
+        if broker is not None:
+            broker.stop()

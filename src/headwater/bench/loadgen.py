@@ -1,0 +1,259 @@
+"""Load generators of the ingest benchmark: gRPC callers, streams, raw producers, overload.
+
+Every generator stops at whichever comes first: the end of its records or its deadline
+(``time.perf_counter()`` value), so one run stays bounded in time whatever the machine.
+Requests are pre-encoded bytes: the client spends its CPU on gRPC, not on protobuf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import Producer
+
+from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+
+PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
+STREAM = "/headwater.ingest.v1.IngestService/StreamTelemetry"
+
+#: (key, value, headers): a record exactly as the ingest service writes it.
+Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]
+
+
+@dataclass
+class Measured:
+    """What one scenario did: messages answered, elapsed time, per-call latencies."""
+
+    messages: int = 0
+    seconds: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+    failed: int = 0
+
+
+def _raw(b: bytes) -> bytes:
+    return b
+
+
+def varint(n: int) -> bytes:
+    """Encode ``n`` as a protobuf varint."""
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def length_field(number: int, data: bytes) -> bytes:
+    """Encode ``data`` as length-delimited field ``number`` (to build requests as bytes)."""
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def failed_in(response: bytes) -> int:
+    """Count the messages of a publish response that were not written."""
+    return sum(r.code != 0 for r in api.PublishTelemetryResponse.FromString(response).results)
+
+
+async def unary_load(
+    channel: grpc.aio.Channel,
+    method: str,
+    requests: Sequence[bytes],
+    per_request: int,
+    callers: int,
+    deadline: float,
+    check: Callable[[bytes], int] | None = None,
+) -> Measured:
+    """Send ``requests`` from ``callers`` concurrent callers until done or ``deadline``."""
+    call = channel.unary_unary(method, request_serializer=_raw, response_deserializer=_raw)
+    queue = iter(requests)
+    out = Measured()
+    lat = out.latencies_s
+
+    async def caller() -> None:
+        for request in queue:
+            if time.perf_counter() >= deadline:
+                return
+            started = time.perf_counter()
+            try:
+                response = await call(request, timeout=30)
+                if check is not None:
+                    out.failed += check(response)
+            except grpc.aio.AioRpcError:
+                out.failed += per_request
+            lat.append(time.perf_counter() - started)
+            out.messages += per_request
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+async def stream_load(
+    channel: grpc.aio.Channel,
+    frames: Sequence[bytes],
+    streams: int,
+    deadline: float,
+    window_frames: int = 8,
+) -> Measured:
+    """Send pre-encoded frames (messages only) over ``streams`` bidirectional streams.
+
+    Each stream keeps at most ``window_frames`` unanswered frames, as a gateway would;
+    latency is from sending a frame to its answer.
+    """
+    call = channel.stream_stream(
+        STREAM,
+        request_serializer=_raw,
+        response_deserializer=api.StreamTelemetryResponse.FromString,
+    )
+    out = Measured()
+
+    async def one(mine: Sequence[bytes]) -> None:
+        sent: dict[int, float] = {}
+        window = asyncio.Semaphore(window_frames)
+
+        async def requests() -> AsyncIterator[bytes]:
+            for i, frame in enumerate(mine):
+                await window.acquire()
+                if time.perf_counter() >= deadline:
+                    return
+                sent[i] = time.perf_counter()
+                yield b"\x08" + varint(i) + frame  # frame_id = field 1, then the messages
+
+        async for answer in call(requests(), timeout=300):
+            out.latencies_s.append(time.perf_counter() - sent.pop(answer.frame_id))
+            out.failed += sum(r.code != 0 for r in answer.results)
+            out.messages += len(answer.results)
+            window.release()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(frames[i::streams]) for i in range(streams)))
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+async def raw_aiokafka(
+    bootstrap: str, topic: str, records: Sequence[Record], deadline: float, headers: bool = True
+) -> Measured:
+    """One aiokafka producer, acks=all, idempotence off: send every record, then gather."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=5
+    )
+    await producer.start()
+    out = Measured()
+    try:
+        futures = []
+        started = time.perf_counter()
+        for i, (key, value, hdrs) in enumerate(records):
+            if i % 256 == 0 and time.perf_counter() >= deadline:
+                break
+            futures.append(
+                await producer.send(topic, value, key=key, headers=hdrs if headers else None)
+            )
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        out.seconds = time.perf_counter() - started
+        out.messages = len(futures)
+        out.failed = sum(isinstance(r, BaseException) for r in results)
+        return out
+    finally:
+        await producer.stop()
+
+
+def raw_confluent(
+    bootstrap: str, topic: str, records: Sequence[Record], deadline: float
+) -> Measured:
+    """One librdkafka producer, acks=all, delivery callbacks; blocking (run in a thread)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # as the JVM and aiokafka hash keys
+        }
+    )
+    out = Measured()
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            out.failed += 1
+
+    started = time.perf_counter()
+    for i, (key, value, hdrs) in enumerate(records):
+        if i % 256 == 0 and time.perf_counter() >= deadline:
+            break
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=hdrs, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+        out.messages += 1
+    producer.flush(60)
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+async def overload(
+    channel: grpc.aio.Channel,
+    request: bytes,
+    calls_per_s: float,
+    seconds: float,
+    sample: Callable[[], float],
+    max_outstanding: int = 2048,
+) -> dict[str, Any]:
+    """Offer ``calls_per_s`` batch calls (open loop) for ``seconds``; sample server RSS.
+
+    Open loop: calls start on a clock, not when the previous one ends, so the server sees
+    the offered rate whatever it answers. ``max_outstanding`` bounds the client's own memory;
+    calls it could not start are counted as ``not_sent``.
+    """
+    call = channel.unary_unary(PUBLISH, request_serializer=_raw, response_deserializer=_raw)
+    codes: dict[str, int] = {}
+    outstanding: set[asyncio.Task[None]] = set()
+    not_sent = 0
+    rss: list[tuple[float, float]] = []
+
+    async def one() -> None:
+        try:
+            await call(request, timeout=10)
+            name = "OK"
+        except grpc.aio.AioRpcError as exc:
+            name = exc.code().name
+        codes[name] = codes.get(name, 0) + 1
+
+    started = time.perf_counter()
+    next_sample = started
+    tick = 0.01  # launch the calls that are due every 10 ms
+    launched = 0
+    while (now := time.perf_counter()) - started < seconds:
+        if now >= next_sample:
+            rss.append((round(now - started, 1), sample()))
+            next_sample += 1.0
+        due = int(calls_per_s * (now - started)) - launched
+        for _ in range(due):
+            launched += 1
+            if len(outstanding) >= max_outstanding:
+                not_sent += 1
+                continue
+            task = asyncio.create_task(one())
+            outstanding.add(task)
+            task.add_done_callback(outstanding.discard)
+        await asyncio.sleep(max(0.0, tick - (time.perf_counter() - now)))
+    rss.append((round(time.perf_counter() - started, 1), sample()))  # end of the window
+    ended = time.perf_counter()
+    if outstanding:
+        await asyncio.wait(outstanding, timeout=15)
+    return {
+        "offered_calls": launched,
+        "codes": codes,
+        "not_sent": not_sent,
+        "rss_series_mb": rss,
+        "drain_s": round(time.perf_counter() - ended, 1),
+    }

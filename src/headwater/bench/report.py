@@ -1,0 +1,140 @@
+"""The ingest benchmark's report: one row per scenario, the targets, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.bench.loadgen import Measured
+
+#: Targets from issue 2, item 6.
+SINGLE_VS_ECHO = 0.80
+SINGLE_P99_MS = 20.0
+BATCH_VS_AIOKAFKA = 1.00
+RSS_GROWTH_MB = 50.0
+
+
+@dataclass
+class Row:
+    """One scenario's figures."""
+
+    key: str  # stable name: raw_aiokafka, echo_single, single, batch, stream, ...
+    scenario: str
+    kind: str  # ceiling | ingest | info
+    payload: int
+    messages: int
+    msgs_per_s: float
+    mb_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    failed: int
+    server_peak_rss_mb: float | None = None
+
+
+def make_row(
+    key: str, name: str, kind: str, size: int, m: Measured, rss: float | None = None
+) -> Row:
+    """Turn a measurement into a row: rate, MB/s of payload, p50/p99 per call or frame."""
+    lat = sorted(m.latencies_s)
+
+    def pct(q: float) -> float | None:
+        return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else None
+
+    rate = m.messages / m.seconds if m.seconds else 0.0
+    return Row(
+        key,
+        name,
+        kind,
+        size,
+        m.messages,
+        round(rate),
+        round(rate * size / 1e6, 2),
+        pct(0.50),
+        pct(0.99),
+        m.failed,
+        rss,
+    )
+
+
+def verdicts(rows: list[Row], overload: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each target of the issue, per payload size, with its value and met/missed."""
+    out: list[dict[str, Any]] = []
+
+    def add(size: Any, target: str, value: str, met: bool | None) -> None:
+        verdict = "info" if met is None else ("met" if met else "MISSED")
+        out.append({"payload": size, "target": target, "value": value, "verdict": verdict})
+
+    for size in sorted({r.payload for r in rows}):
+        by = {r.key: r for r in rows if r.payload == size}
+        echo, aiok = by["echo_single"], by["raw_aiokafka"]
+        single, batch, stream = by["single"], by["batch"], by["stream"]
+        ratio = single.msgs_per_s / max(echo.msgs_per_s, 1)
+        add(
+            size,
+            f"single-message rate >= {SINGLE_VS_ECHO:.0%} of bare echo",
+            f"{ratio:.0%}",
+            ratio >= SINGLE_VS_ECHO,
+        )
+        add(
+            size,
+            f"single-message p99 <= {SINGLE_P99_MS:g} ms",
+            f"{single.p99_ms} ms",
+            single.p99_ms is not None and single.p99_ms <= SINGLE_P99_MS,
+        )
+        ratio = batch.msgs_per_s / max(aiok.msgs_per_s, 1)
+        add(
+            size,
+            f"batch rate >= {BATCH_VS_AIOKAFKA:.0%} of raw aiokafka",
+            f"{ratio:.0%}",
+            ratio >= BATCH_VS_AIOKAFKA,
+        )
+        ratio = stream.msgs_per_s / max(aiok.msgs_per_s, 1)
+        add(size, "stream rate / raw aiokafka", f"{ratio:.0%}", None)
+        conf = by["raw_confluent"]
+        ratio = batch.msgs_per_s / max(conf.msgs_per_s, 1)
+        add(size, "batch rate / raw confluent-kafka", f"{ratio:.0%}", None)
+        bare = by["raw_aiokafka_bare"]
+        add(
+            size,
+            "raw aiokafka with headers / without",
+            f"{aiok.msgs_per_s / max(bare.msgs_per_s, 1):.0%}",
+            None,
+        )
+    if overload:
+        add(
+            overload["payload"],
+            f"RSS growth <= {RSS_GROWTH_MB:g} MB over {overload['seconds']:g} s at 2x capacity",
+            f"{overload['rss_growth_mb']} MB",
+            overload["rss_growth_mb"] <= RSS_GROWTH_MB,
+        )
+        add(
+            overload["payload"],
+            "RSS growth in the window's second half (bounded?)",
+            f"{overload['rss_growth_second_half_mb']} MB",
+            None,
+        )
+        codes = overload["codes"]
+        shed = codes.get("RESOURCE_EXHAUSTED", 0) / max(sum(codes.values()), 1)
+        add(overload["payload"], "calls shed early (RESOURCE_EXHAUSTED)", f"{shed:.0%}", None)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """nproc, CPU model, memory, Python and the load average when asked."""
+    model, mem_kb = platform.processor(), 0
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+        with open("/proc/meminfo") as f:
+            mem_kb = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal")))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "mem_gib": round(mem_kb / 1024**2, 1),
+        "python": platform.python_version(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
