@@ -14,3 +14,11 @@ ENDPOINT = "endpoint"
 #: W3C trace context (https://www.w3.org/TR/trace-context/).
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+
+#: Audit headers ``headwater dlq redrive`` adds. A record redriven twice carries two of each,
+#: oldest first: the enricher turns them into the dead letter's redrive history.
+REDRIVE_BY = "redrive-by"
+REDRIVE_AT_MS = "redrive-at-ms"
+REDRIVE_REASON = "redrive-reason"
+#: How many times this message was redriven, the latest one counting (ASCII digits).
+REDRIVE_COUNT = "redrive-count"

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",
             "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
             "HEADWATER_INGEST_METRICS_PORT": str(free_port()),
+            "HEADWATER_ENRICHER_METRICS_PORT": str(free_port()),
             "HEADWATER_INGEST_TOKENS_FILE": str(workdir / "tokens.yaml"),
             "HEADWATER_INGEST_MAX_PAYLOAD_BYTES": str(DEV_MAX_PAYLOAD_BYTES),
             "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(workdir / "checkpoint"),
@@ -165,6 +167,11 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                     workdir / "enricher.log",
                 )
                 procs.append(enricher)
+                # Traffic starts once the query runs (Spark takes tens of seconds to start):
+                # latencies then measure the pipeline, and the late master data arrives after
+                # the enricher has parked messages of those devices, so retries are exercised.
+                print("starting the enricher (Spark)...", file=sys.stderr)
+                await _wait_first_batch(workdir / "checkpoint", enricher, within_s=180)
             print(
                 f"dev stack up: broker {bootstrap}, ingest {target}, "
                 f"metrics http://127.0.0.1:{env['HEADWATER_INGEST_METRICS_PORT']}/metrics, "
@@ -184,6 +191,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             late_master.cancel()
             progress.cancel()
             print(file=sys.stderr)
+            _save_scrape(env["HEADWATER_INGEST_METRICS_PORT"], workdir / "metrics-ingest.prom")
             _stop(ingest, timeout=30)
             _publish_master(bootstrap, fleet, late=True)
             readback = read_ingest(bootstrap, list(INGEST_TOPICS.values()))
@@ -191,6 +199,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             if enricher is not None:
                 enriched = await _wait_enriched(
                     bootstrap, readback, enricher, opts.enricher_drain_s
+                )
+                _save_scrape(
+                    env["HEADWATER_ENRICHER_METRICS_PORT"], workdir / "metrics-enricher.prom"
                 )
                 _stop(enricher, timeout=60)
             summary = build_summary(
@@ -216,6 +227,28 @@ async def _wait_enriched(
             return enriched
         print(f"waiting for the enricher: {left} messages without completion", file=sys.stderr)
         await asyncio.sleep(3)
+
+
+async def _wait_first_batch(
+    checkpoint: Path, enricher: subprocess.Popen[bytes], within_s: float
+) -> None:
+    """Wait until the enricher committed its first micro-batch (the master data)."""
+    deadline = time.monotonic() + within_s
+    while not (checkpoint / "commits" / "0").exists():
+        if enricher.poll() is not None:
+            raise RuntimeError(f"enricher exited with {enricher.returncode}: see enricher.log")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"enricher ran no micro-batch within {within_s}s: see enricher.log")
+        await asyncio.sleep(0.5)
+
+
+def _save_scrape(port: str, path: Path) -> None:
+    """Keep the last Prometheus scrape of a service in the workdir (what it exported)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            path.write_bytes(reply.read())
+    except OSError as exc:
+        print(f"could not scrape http://127.0.0.1:{port}/metrics: {exc}", file=sys.stderr)
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -1,30 +1,27 @@
 """Dead letters: read them decoded, filter them, and redrive them to their ingest topic.
 
 A redrive writes the original record value and headers back to the topic it was read
-from, with the same message id (so the enricher's dedup keeps it safe) and audit headers
-(who, when, why, how many redrives so far). If it fails again it lands in the dead
-letters again, carrying the redrive history: a person redrives, never a loop.
+from, with the same message id and audit headers (who, when, why, how many redrives so
+far). The enricher deduplicates a redriven record by its message id and redrive count, so
+a redrive is processed once even though the message id was seen before. If it fails again
+it lands in the dead letters again, carrying the redrive history: a person redrives,
+never a loop.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from confluent_kafka import Producer
 
+from headwater import record_headers as rh
 from headwater.devstack.readback import read_topic
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import DEADLETTER_TOPIC, INGEST_TOPICS
 
-#: Audit headers a redrive adds to the ingest record.
-REDRIVE_BY = "redrive-by"
-REDRIVE_AT_MS = "redrive-at-ms"
-REDRIVE_REASON = "redrive-reason"
-REDRIVE_COUNT = "redrive-count"
-_AUDIT = (REDRIVE_BY, REDRIVE_AT_MS, REDRIVE_REASON, REDRIVE_COUNT)
 _PRINTABLE = set(string.printable.encode())
 
 
@@ -121,8 +118,13 @@ def redrive(
     why: str,
     dry_run: bool = True,
     now: datetime | None = None,
+    ingest_topics: Collection[str] = tuple(INGEST_TOPICS.values()),
 ) -> list[RedriveResult]:
-    """Send each dead letter's original record back to its ingest topic."""
+    """Send each dead letter's original record back to its ingest topic.
+
+    Only records read from one of ``ingest_topics`` are sent (the default names, unless
+    the deployment prefixes them); others are reported as skipped.
+    """
     now = now or datetime.now(UTC)
     results: list[RedriveResult] = []
     producer = (
@@ -137,7 +139,7 @@ def redrive(
     for record in records:
         letter = record.letter
         topic = letter.source.topic
-        if topic not in INGEST_TOPICS.values():
+        if topic not in ingest_topics:
             results.append(
                 RedriveResult(
                     letter.message_id,
@@ -155,12 +157,13 @@ def redrive(
                 )
             )
             continue
-        headers = [(h.key, h.value) for h in letter.original_headers if h.key not in _AUDIT]
+        # Earlier audit headers stay (the history); the count is replaced.
+        headers = [(h.key, h.value) for h in letter.original_headers if h.key != rh.REDRIVE_COUNT]
         headers += [
-            (REDRIVE_BY, by.encode()),
-            (REDRIVE_AT_MS, str(int(now.timestamp() * 1000)).encode()),
-            (REDRIVE_REASON, why.encode()),
-            (REDRIVE_COUNT, str(len(letter.redrives) + 1).encode()),
+            (rh.REDRIVE_BY, by.encode()),
+            (rh.REDRIVE_AT_MS, str(int(now.timestamp() * 1000)).encode()),
+            (rh.REDRIVE_REASON, why.encode()),
+            (rh.REDRIVE_COUNT, str(len(letter.redrives) + 1).encode()),
         ]
         if producer is not None:
             producer.produce(

@@ -1,0 +1,38 @@
+"""Redriven records: deduplicated per redrive, and their audit headers become the history."""
+
+from __future__ import annotations
+
+from headwater import record_headers as rh
+from headwater.enricher.dedupe import dedup_key
+from headwater.enricher.route import redrive_history
+
+
+def test_a_redrive_is_checked_under_its_own_key_and_repeats_of_it_are_not():
+    plain = [(rh.MESSAGE_ID, b"m1")]
+    first = plain + [(rh.REDRIVE_COUNT, b"1")]
+    second = plain + [(rh.REDRIVE_COUNT, b"2")]
+    assert dedup_key("m1", plain) == "m1"
+    assert dedup_key("m1", first) != dedup_key("m1", plain)
+    assert dedup_key("m1", second) != dedup_key("m1", first)
+    assert dedup_key("m1", list(first)) == dedup_key("m1", first)
+    # Spark hands headers over as rows with key/value.
+    assert dedup_key("m1", [{"key": k, "value": v} for k, v in first]) == dedup_key("m1", first)
+
+
+def test_history_keeps_every_redrive_oldest_first():
+    headers = [
+        (rh.MESSAGE_ID, b"m1"),
+        (rh.REDRIVE_BY, b"alice"),
+        (rh.REDRIVE_AT_MS, b"1700000000000"),
+        (rh.REDRIVE_REASON, b"normalizer fixed"),
+        (rh.REDRIVE_BY, b"bob"),
+        (rh.REDRIVE_AT_MS, b"1700000100000"),
+        (rh.REDRIVE_REASON, b"master data added"),
+        (rh.REDRIVE_COUNT, b"2"),
+    ]
+    history = redrive_history(headers)
+    assert [(r.by, r.reason, r.redriven_time.ToMilliseconds()) for r in history] == [
+        ("alice", "normalizer fixed", 1_700_000_000_000),
+        ("bob", "master data added", 1_700_000_100_000),
+    ]
+    assert redrive_history([(rh.MESSAGE_ID, b"m1")]) == []
