@@ -1,0 +1,1 @@
+"""Gateway client: a durable local spool and a sender to the ingest service."""

@@ -1,0 +1,1 @@
+"""Subscriber client: at-least-once consumption of completion and common-format events."""
