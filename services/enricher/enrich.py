@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from headwater.proto.events.v1 import event_pb2
 
@@ -50,6 +50,6 @@ def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[even
         ev.measurements.add(name=m["name"], value=m["value"], unit=m["unit"])
     if msg["alarm_code"]:
         ev.alarm.code = msg["alarm_code"]
-        ev.alarm.severity = msg["alarm_severity"] or 0
+        ev.alarm.severity = cast("event_pb2.Severity", msg["alarm_severity"] or 0)
         ev.alarm.text = msg["alarm_text"] or ""
     return [ev]

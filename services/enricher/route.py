@@ -69,7 +69,7 @@ def ref_of(msg: Mapping[str, Any]) -> str:
 def completion(
     topics: EnricherTopics,
     msg: Mapping[str, Any],
-    outcome: int,
+    outcome: completion_pb2.Outcome,
     batch_ms: int,
     attempt: int = 1,
     reason: str = "",

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from headwater import topics as t
+import headwater.topics as t
 from headwater.kafka_settings import KafkaSettings
 from headwater.settings_env import SettingError, env_int, env_str
 

@@ -180,7 +180,14 @@ class Authenticator:
                     reason="UNKNOWN_GATEWAY",
                 )
         if token is not None:
-            by_token = self._store.by_token(token) if self._store else None
+            if self._store is None:
+                # Fail closed: a credential this server cannot check is not ignored.
+                raise UnauthenticatedError(
+                    "this server has no tokens file (HEADWATER_INGEST_TOKENS_FILE) and cannot "
+                    "check bearer tokens; send no token, or configure the tokens file",
+                    reason="INVALID_TOKEN",
+                )
+            by_token = self._store.by_token(token)
             if by_token is None:
                 raise UnauthenticatedError("bearer token is not valid", reason="INVALID_TOKEN")
             if gateway is not None and gateway.gateway_id != by_token.gateway_id:

@@ -169,13 +169,18 @@ class IngestServicer:
             self._log_call_error(ep, err)
             await context.abort_with_status(rpc_status_of(err))
             return
+        # A frame holds its window slot until its answer is handed to gRPC, so a gateway
+        # that sends but does not read answers stops being read, instead of piling up
+        # answers here.
+        window = asyncio.Semaphore(self._settings.stream_max_inflight_frames)
         answers: asyncio.Queue[object | None] = asyncio.Queue()
-        reader = asyncio.create_task(self._read_frames(ep, frames, gateway, answers))
+        reader = asyncio.create_task(self._read_frames(ep, frames, gateway, answers, window))
         stop_reading = asyncio.create_task(self._draining.wait())
         stop_reading.add_done_callback(lambda _: reader.cancel())
         try:
             while (answer := await answers.get()) is not None:
                 yield answer
+                window.release()
             await reader
         finally:
             stop_reading.cancel()
@@ -188,20 +193,22 @@ class IngestServicer:
         frames: AsyncIterator[wire.RawFrame],
         gateway: Gateway,
         answers: asyncio.Queue[object | None],
+        window: asyncio.Semaphore,
     ) -> None:
         """Answer frames concurrently, reading a new one only while the window has room.
 
         Not reading is the flow control: HTTP/2 window updates stop, so a fast gateway
         is slowed down instead of filling this process's memory.
         """
-        window = asyncio.Semaphore(self._settings.stream_max_inflight_frames)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(frame: wire.RawFrame) -> None:
             try:
-                answers.put_nowait(await self._stream_answer(ep, frame, gateway))
-            finally:
+                result = await self._stream_answer(ep, frame, gateway)
+            except BaseException:
                 window.release()
+                raise
+            answers.put_nowait(result)  # the window slot is released once it is sent
 
         try:
             async for frame in frames:

@@ -9,8 +9,8 @@ from headwater.enricher.route import redrive_history
 
 def test_a_redrive_is_checked_under_its_own_key_and_repeats_of_it_are_not():
     plain = [(rh.MESSAGE_ID, b"m1")]
-    first = plain + [(rh.REDRIVE_COUNT, b"1")]
-    second = plain + [(rh.REDRIVE_COUNT, b"2")]
+    first = [*plain, (rh.REDRIVE_COUNT, b"1")]
+    second = [*plain, (rh.REDRIVE_COUNT, b"2")]
     assert dedup_key("m1", plain) == "m1"
     assert dedup_key("m1", first) != dedup_key("m1", plain)
     assert dedup_key("m1", second) != dedup_key("m1", first)

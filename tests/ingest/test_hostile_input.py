@@ -496,6 +496,7 @@ def small_budget_ingest(kafka_bootstrap, ingest_topics, tmp_path) -> Iterator[Su
         "HEADWATER_INGEST_METRICS_PORT": "0",
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
         "HEADWATER_INGEST_MAX_INFLIGHT_BYTES": str(FLOOD_INFLIGHT_BYTES),
+        "HEADWATER_INGEST_MAX_REQUEST_BYTES": str(MAX_REQUEST_BYTES),
         "HEADWATER_INGEST_DRAIN_GRACE_SECONDS": "1",
     }
     script = shutil.which("headwater", path=str(Path(sys.executable).parent))

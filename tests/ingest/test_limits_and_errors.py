@@ -223,6 +223,13 @@ def test_status_carries_error_info_with_the_kafka_error_name():
             {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_TLS_CERT_FILE": "/c"},
             "set both",
         ),
+        (
+            {
+                "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1",
+                "HEADWATER_INGEST_MAX_INFLIGHT_BYTES": str(1024 * 1024),
+            },
+            "could never be admitted",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env, message):

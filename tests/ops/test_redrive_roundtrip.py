@@ -72,8 +72,10 @@ def test_redrive_round_trip_through_the_enricher(kafka_bootstrap: str, tmp_path:
 
     try:
         done.until(
-            lambda _: outcomes("m-orphan")[-1:] == ["OUTCOME_DEAD_LETTERED"]
-            and "OUTCOME_DEAD_LETTERED" in outcomes("m-poison"),
+            lambda _: (
+                outcomes("m-orphan")[-1:] == ["OUTCOME_DEAD_LETTERED"]
+                and "OUTCOME_DEAD_LETTERED" in outcomes("m-poison")
+            ),
             150,
             alive,
         )

@@ -158,7 +158,9 @@ def redrive(
             )
             continue
         # Earlier audit headers stay (the history); the count is replaced.
-        headers = [(h.key, h.value) for h in letter.original_headers if h.key != rh.REDRIVE_COUNT]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (h.key, h.value) for h in letter.original_headers if h.key != rh.REDRIVE_COUNT
+        ]
         headers += [
             (rh.REDRIVE_BY, by.encode()),
             (rh.REDRIVE_AT_MS, str(int(now.timestamp() * 1000)).encode()),

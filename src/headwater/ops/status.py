@@ -91,10 +91,13 @@ def fetch(
     enricher = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=enricher"
     # Raw JSON instead of typed models: we only read a few fields, and the typed models
     # reject objects that newer API servers shape differently.
-    raw = {"label_selector": ingest, "_preload_content": False}
-    deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, **raw)
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, **raw)
-    spark = client.CustomObjectsApi(api).list_namespaced_custom_object(
+    deployments: Any = client.AppsV1Api(api).list_namespaced_deployment(
+        namespace, label_selector=ingest, _preload_content=False
+    )
+    pods: Any = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=ingest, _preload_content=False
+    )
+    spark: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
         "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", label_selector=enricher
     )
     return (
