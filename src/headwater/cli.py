@@ -33,13 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if not exc.name or not name.startswith(exc.name):
-                raise
-            continue  # a command group not built yet
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -189,3 +193,31 @@ def outcome(c: Any) -> str:
     from headwater.proto.events.v1 import completion_pb2
 
     return completion_pb2.Outcome.Name(c.outcome)
+
+
+def start_enricher(
+    bootstrap: str, topics: EnricherTopics, workdir: Path, log_name: str, **settings: str
+) -> subprocess.Popen[bytes]:
+    """Run ``headwater enricher run`` on ``topics`` as its own process group (for SIGKILL).
+
+    ``settings`` are ``HEADWATER_ENRICHER_*`` names without the prefix, e.g.
+    ``MAX_ATTEMPTS="2"``; the checkpoint lives in ``workdir/cp``.
+    """
+    p = "HEADWATER_ENRICHER_"
+    env = os.environ | {
+        "PYSPARK_PYTHON": sys.executable,
+        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        p + "TOPIC_PREFIX": topics.completions.removesuffix("completions.v1"),
+        p + "CHECKPOINT_LOCATION": str(workdir / "cp"),
+        p + "STARTING_OFFSETS": "earliest",
+        p + "SPARK_MASTER": "local[2]",
+        p + "SHUFFLE_PARTITIONS": "2",
+        **{p + k: v for k, v in settings.items()},
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", "240"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=(workdir / log_name).open("ab"),
+        start_new_session=True,  # its own group: SIGKILL reaches the JVM too
+    )

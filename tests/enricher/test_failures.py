@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,19 +26,10 @@ from tests.enricher.kafkatools import (
     make_topics,
     master,
     outcome,
+    start_enricher,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def _enricher(env: dict[str, str], log: Path, max_seconds: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", str(max_seconds)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=log.open("ab"),
-        start_new_session=True,  # its own group: SIGKILL reaches the JVM too
-    )
 
 
 def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
@@ -51,20 +40,9 @@ def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
         master(kafka_bootstrap, topics, f"dev-{d}")
     msgs = [Msg(f"k{i}", f"dev-{i % 10}", ACME, acme(i, 50), i // 10 + 1) for i in range(300)]
     ingest(kafka_bootstrap, topics, msgs)
-    prefix = topics.completions.removesuffix("completions.v1")
-    env = os.environ | {
-        "PYSPARK_PYTHON": sys.executable,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "HEADWATER_ENRICHER_TOPIC_PREFIX": prefix,
-        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(tmp_path / "cp"),
-        "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
-        "HEADWATER_ENRICHER_MAX_RECORDS_PER_TRIGGER": "25",
-        "HEADWATER_ENRICHER_TRIGGER_INTERVAL": "100ms",
-        "HEADWATER_ENRICHER_SPARK_MASTER": "local[2]",
-        "HEADWATER_ENRICHER_SHUFFLE_PARTITIONS": "2",
-    }
+    settings = {"MAX_RECORDS_PER_TRIGGER": "25", "TRIGGER_INTERVAL": "100ms"}
     reader = TopicReader(kafka_bootstrap, topics.completions)
-    first = _enricher(env, tmp_path / "first.log", 240)
+    first = start_enricher(kafka_bootstrap, topics, tmp_path, "first.log", **settings)
     try:
         reader.until(
             lambda r: len(r) >= 40, 150, lambda: first.poll() is None or pytest.fail("exited early")
@@ -74,7 +52,7 @@ def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
         first.wait(30)
     seen_before_kill = len(reader.records)
     assert seen_before_kill < len(msgs), "killed too late to be mid-stream"
-    second = _enricher(env, tmp_path / "second.log", 240)
+    second = start_enricher(kafka_bootstrap, topics, tmp_path, "second.log", **settings)
     wanted = {m.message_id for m in msgs}
     try:
         done = lambda r: wanted <= {c.message_id for c in completions(r) if outcome(c) in TERMINAL}  # noqa: E731

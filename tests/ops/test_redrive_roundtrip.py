@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from tests.enricher.kafkatools import (
     make_topics,
     master,
     outcome,
+    start_enricher,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -44,24 +43,14 @@ def test_redrive_round_trip_through_the_enricher(kafka_bootstrap: str, tmp_path:
     master(kafka_bootstrap, topics, "dev-known")
     ingest(kafka_bootstrap, topics, [orphan, poison])
 
-    env = os.environ | {
-        "PYSPARK_PYTHON": sys.executable,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "HEADWATER_ENRICHER_TOPIC_PREFIX": topics.completions.removesuffix("completions.v1"),
-        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(tmp_path / "cp"),
-        "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
-        "HEADWATER_ENRICHER_TRIGGER_INTERVAL": "200ms",
-        "HEADWATER_ENRICHER_MAX_ATTEMPTS": "2",
-        "HEADWATER_ENRICHER_RETRY_BACKOFF": "200ms",
-        "HEADWATER_ENRICHER_SPARK_MASTER": "local[2]",
-        "HEADWATER_ENRICHER_SHUFFLE_PARTITIONS": "2",
-    }
-    enricher = subprocess.Popen(
-        [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", "240"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "enricher.log").open("ab"),
-        start_new_session=True,
+    enricher = start_enricher(
+        kafka_bootstrap,
+        topics,
+        tmp_path,
+        "enricher.log",
+        TRIGGER_INTERVAL="200ms",
+        MAX_ATTEMPTS="2",
+        RETRY_BACKOFF="200ms",
     )
     done = TopicReader(kafka_bootstrap, topics.completions)
     letters = TopicReader(kafka_bootstrap, topics.deadletter)
