@@ -1,11 +1,13 @@
-"""A prototype RecordWriter on confluent-kafka (librdkafka), for the benchmark.
+"""The default RecordWriter: one confluent-kafka (librdkafka) producer per process.
 
-Not the default: the ingest service uses ``AiokafkaWriter``. This exists so
-``headwater bench ingest --writer confluent`` can measure whether the produce client is
-the limit. librdkafka builds and sends batches in C threads; delivery reports are served
-by one poll thread and handed to the event loop in bulk (one ``call_soon_threadsafe`` per
-poll, not per record). Errors are translated to aiokafka's error classes so the servicer's
-one error mapping (``status.from_kafka_error``) applies unchanged.
+Chosen by measurement over ``AiokafkaWriter`` (``HEADWATER_INGEST_PRODUCER``): aiokafka's
+pure-Python record path was ~45% of the server's CPU for batches, and capped batched ingest
+at 69-75% of a raw aiokafka producer; with librdkafka the same runs reached 109-138%
+(docs/benchmarks.md). librdkafka builds and sends batches in C threads; delivery reports
+are served by one poll thread and handed to the event loop in bulk (one
+``call_soon_threadsafe`` per poll, not per record). Errors are translated to aiokafka's
+error classes so the servicer's one error mapping (``status.from_kafka_error``) applies
+to both writers unchanged.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class ConfluentWriter:
         self._settings = settings
         self._timeout_s = produce_timeout_s
         self._producer: Producer | None = None
+        self._unconnected: Producer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -80,15 +83,20 @@ class ConfluentWriter:
             "message.timeout.ms": int(self._timeout_s * 1000),
             "message.max.bytes": 2 * 1024 * 1024,
             "queue.buffering.max.kbytes": 256 * 1024,
+            # librdkafka's own log lines (e.g. "broker down") go through Python logging as
+            # JSON, served by the poll thread, instead of raw lines on stderr.
+            "logger": log,
         }
-        producer = Producer(conf)
+        # One producer across start attempts: a service started during an outage retries
+        # start() and must not leave a librdkafka instance (and its threads) per attempt.
+        producer = self._unconnected = self._unconnected or Producer(conf)
         loop = asyncio.get_running_loop()
         timeout = self._timeout_s
         try:
             await loop.run_in_executor(None, lambda: producer.list_topics(timeout=timeout))
         except KafkaException as exc:
             raise kafka_errors.KafkaConnectionError(str(exc)) from exc
-        self._producer, self._loop = producer, loop
+        self._producer, self._loop, self._unconnected = producer, loop, None
         self._stopping.clear()
         self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
         self._poller.start()

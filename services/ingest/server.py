@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.metrics import IngestMetrics
+from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
@@ -44,6 +45,13 @@ def _server_credentials(settings: IngestSettings) -> grpc.ServerCredentials | No
     )
 
 
+def create_writer(settings: IngestSettings) -> RecordWriter:
+    """Return the produce client ``HEADWATER_INGEST_PRODUCER`` names."""
+    if settings.producer == "aiokafka":
+        return AiokafkaWriter(settings.kafka, settings.produce_timeout_seconds)
+    return ConfluentWriter(settings.kafka, settings.produce_timeout_seconds)
+
+
 class IngestServer:
     """One ingest process: gRPC server, health, reflection, producer and telemetry."""
 
@@ -54,7 +62,7 @@ class IngestServer:
         telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
-        self.writer = writer or AiokafkaWriter(settings.kafka, settings.produce_timeout_seconds)
+        self.writer = writer or create_writer(settings)
         self.telemetry = telemetry or create_telemetry("headwater-ingest")
         self.port = 0
         self._server: grpc.aio.Server | None = None

@@ -230,6 +230,10 @@ def test_status_carries_error_info_with_the_kafka_error_name():
             },
             "could never be admitted",
         ),
+        (
+            {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_PRODUCER": "kafka"},
+            "is not one of confluent, aiokafka",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env, message):

@@ -1,15 +1,27 @@
-"""Each endpoint and call style against the real broker: results, key, headers, bytes."""
+"""Each endpoint and call style against the real broker: results, key, headers, bytes.
+
+Every test runs with both produce clients (``HEADWATER_INGEST_PRODUCER``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import grpc
 import pytest
 
+from headwater.ingest.settings import PRODUCERS, IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 from .conftest import bearer, device_message
+
+
+@pytest.fixture(params=PRODUCERS)
+def ingest_settings(
+    ingest_settings: IngestSettings, request: pytest.FixtureRequest
+) -> IngestSettings:
+    return dataclasses.replace(ingest_settings, producer=request.param)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ import asyncio
 import json
 from typing import Any
 
+from headwater.ingest.settings import PRODUCERS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` command group."""
@@ -47,9 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--streams", type=int, default=4, help="concurrent streams")
     ingest.add_argument(
         "--writer",
-        choices=("aiokafka", "confluent"),
-        default="aiokafka",
-        help="the server's RecordWriter (confluent = prototype, not the service default)",
+        choices=PRODUCERS,
+        default=PRODUCERS[0],
+        help="the server's produce client (HEADWATER_INGEST_PRODUCER)",
     )
     ingest.add_argument(
         "--overload-seconds",

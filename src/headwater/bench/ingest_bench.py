@@ -25,6 +25,7 @@ from headwater.bench import loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record, length_field
 from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
+from headwater.ingest.settings import PRODUCERS
 from headwater.kafka_admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -44,7 +45,7 @@ class BenchOptions:
     batch_callers: int = 4
     streams: int = 4
     stream_window: int = 8
-    writer: str = "aiokafka"
+    writer: str = PRODUCERS[0]
     overload_seconds: float = 0.0
 
 

@@ -1,6 +1,6 @@
-"""The ingest server under test, in its own process, with a choice of RecordWriter.
+"""The ingest server under test, in its own process, with a choice of produce client.
 
-``python -m headwater.bench.server_proc --writer aiokafka|confluent`` builds the same
+``python -m headwater.bench.server_proc --writer confluent|aiokafka`` builds the same
 ``IngestServer`` that ``headwater ingest serve`` runs (settings from the environment) and
 serves until SIGTERM. Its own process, so the load generator never shares its GIL, and its
 peak RSS (``VmHWM``) is the server's alone.
@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 
-WRITERS = ("aiokafka", "confluent")
+from headwater.ingest.settings import PRODUCERS
 
 
-def start(bootstrap: str, port: int, writer: str = "aiokafka") -> subprocess.Popen[bytes]:
+def start(bootstrap: str, port: int, writer: str = PRODUCERS[0]) -> subprocess.Popen[bytes]:
     """Start the ingest server on ``127.0.0.1:port`` (no auth, no metrics endpoint)."""
     env = {
         **os.environ,
@@ -29,10 +29,11 @@ def start(bootstrap: str, port: int, writer: str = "aiokafka") -> subprocess.Pop
         "HEADWATER_INGEST_METRICS_PORT": "0",
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
         "HEADWATER_LOG_LEVEL": "ERROR",
+        "HEADWATER_INGEST_PRODUCER": writer,
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "headwater.bench.server_proc", "--writer", writer],
+        [sys.executable, "-m", "headwater.bench.server_proc"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -56,19 +57,13 @@ def reset_peak(pid: int) -> bool:
     return False
 
 
-async def _serve(writer_name: str) -> None:
+async def _serve() -> None:
     from headwater.ingest.server import IngestServer
     from headwater.ingest.settings import IngestSettings
     from headwater.telemetry import create_telemetry
 
-    settings = IngestSettings.from_env()
-    writer = None
-    if writer_name == "confluent":
-        from headwater.ingest.confluent_writer import ConfluentWriter
-
-        writer = ConfluentWriter(settings.kafka, settings.produce_timeout_seconds)
     telemetry = create_telemetry("headwater-ingest-bench", set_global=True)
-    server = IngestServer(settings, writer=writer, telemetry=telemetry)
+    server = IngestServer(IngestSettings.from_env(), telemetry=telemetry)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -79,10 +74,9 @@ async def _serve(writer_name: str) -> None:
 
 
 def main() -> None:
-    """Serve until SIGTERM."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--writer", choices=WRITERS, default="aiokafka")
-    asyncio.run(_serve(parser.parse_args().writer))
+    """Serve until SIGTERM (settings, the produce client included, from the environment)."""
+    argparse.ArgumentParser(description=__doc__).parse_args()
+    asyncio.run(_serve())
 
 
 if __name__ == "__main__":

@@ -142,8 +142,6 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
         env = {
             **os.environ,
             "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            # The embedded broker rejects aiokafka's idempotent producer (DESIGN.md).
-            "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",
             "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
             "HEADWATER_INGEST_METRICS_PORT": str(free_port()),
             "HEADWATER_ENRICHER_METRICS_PORT": str(free_port()),
