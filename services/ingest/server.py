@@ -18,8 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from headwater.ingest.auth import Authenticator, TokenStore
-from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.confluent_writer import ConfluentWriter
+from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
