@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "headwater.enricher.cli",
     "headwater.topics_cli",
     "headwater.ops.cli",
+    "headwater.gateway.cli",
     "headwater.bench.cli",
 )
 

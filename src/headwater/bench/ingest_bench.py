@@ -22,7 +22,8 @@ import grpc
 
 from headwater import record_headers as rh
 from headwater.bench import loadgen, server_proc
-from headwater.bench.loadgen import Measured, Record, length_field
+from headwater.bench.loadgen import Measured, Record
+from headwater.protowire import length_field
 from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.settings import PRODUCERS

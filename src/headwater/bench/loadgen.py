@@ -17,6 +17,7 @@ import grpc
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 
+from headwater.protowire import length_field, varint
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
@@ -38,21 +39,6 @@ class Measured:
 
 def _raw(b: bytes) -> bytes:
     return b
-
-
-def varint(n: int) -> bytes:
-    """Encode ``n`` as a protobuf varint."""
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def length_field(number: int, data: bytes) -> bytes:
-    """Encode ``data`` as length-delimited field ``number`` (to build requests as bytes)."""
-    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 def failed_in(response: bytes) -> int:
