@@ -36,8 +36,15 @@ def test_devstack_ingest_path_end_to_end(tmp_path):
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["acked"] > 500
     assert summary["acked_but_missing_in_kafka"] == 0
-    # The fleet's deliberate mistakes come back as the right rejections.
-    assert {"INVALID_TOKEN", "PAYLOAD_TOO_LARGE"} <= set(summary["rejected"])
+    # The fleet's deliberate mistakes come back as the right rejections: permanent ones
+    # per message, and the rogue gateway's bad token for its calls, which keeps its
+    # messages spooled (the gateway library never drops them for a credentials problem).
+    assert {"PAYLOAD_TOO_LARGE", "INVALID_MESSAGE", "DEVICE_NOT_PERMITTED"} <= set(
+        summary["rejected"]
+    )
+    assert "INVALID_TOKEN" in summary["retried"]
+    assert summary["still_spooled"]["gw-rogue"] > 0
+    assert set(summary["still_spooled"]) == {"gw-rogue"}
     assert summary["ingest_records_in_kafka"] >= summary["acked"]
 
 

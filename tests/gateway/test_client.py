@@ -49,10 +49,10 @@ async def test_every_spooled_message_is_delivered_once_and_leaves_the_spool(
     outcomes: list[Outcome] = []
     with Spool(tmp_path / "spool.db") as spool:
         ids = {
-            spool.enqueue("telemetry", f"acme-{i % 7}", CT, b'{"temp_c": 1}') for i in range(450)
+            spool.enqueue("telemetry", f"acme-{i % 7}", CT, b'{"temp_c": 1}').message_id for i in range(450)
         }
         ids |= {
-            spool.enqueue("alarms", "acme-1", "application/vnd.acme.alarm.v1+json", b"{}")
+            spool.enqueue("alarms", "acme-1", "application/vnd.acme.alarm.v1+json", b"{}").message_id
             for _ in range(30)
         }
         client = GatewayClient(
@@ -75,14 +75,14 @@ async def test_poison_messages_are_rejected_for_good_and_never_block_the_rest(
 ) -> None:
     running = await start_ingest(ingest_settings)
     with Spool(tmp_path / "spool.db") as spool:
-        good_before = [spool.enqueue("telemetry", "acme-1", CT, b"{}") for _ in range(10)]
+        good_before = [spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(10)]
         bad = device_message_pb2.DeviceMessage(
             message_id="not a valid id!", device_id="acme-1", content_type=CT, payload=b"{}"
         )
         bad.device_time.GetCurrentTime()
         spool.enqueue_message("telemetry", bad)
-        foreign = spool.enqueue("telemetry", "globex-1", CT, b"{}")  # outside gw-a's binding
-        good_after = [spool.enqueue("telemetry", "acme-1", CT, b"{}") for _ in range(10)]
+        foreign = spool.enqueue("telemetry", "globex-1", CT, b"{}").message_id  # outside gw-a's binding
+        good_after = [spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(10)]
         async with GatewayClient(spool, config(running.target, frame_messages=8)) as client:
             assert await client.drain(within_s=20)
         rejected = {r.message_id: (r.code, r.reason) for r in spool.rejected()}
@@ -103,7 +103,7 @@ async def test_resource_exhausted_pushback_is_honoured_and_nothing_is_lost(
     running = await start_ingest(tight)
     outcomes: list[Outcome] = []
     with Spool(tmp_path / "spool.db") as spool:
-        ids = {spool.enqueue("telemetry", "acme-1", CT, b"x" * 300) for _ in range(200)}
+        ids = {spool.enqueue("telemetry", "acme-1", CT, b"x" * 300).message_id for _ in range(200)}
         client = GatewayClient(
             spool, config(running.target, frame_messages=10, window_frames=4), outcomes.append
         )

@@ -38,10 +38,10 @@ def test_ids_are_uuid7_and_strictly_increasing_within_a_millisecond():
 def test_enqueue_assigns_id_and_per_device_sequence_that_survive_a_restart(tmp_path):
     path = tmp_path / "spool.db"
     with Spool(path) as spool:
-        first = [spool.enqueue("telemetry", "acme-1", CT, PAYLOAD) for _ in range(3)]
+        first = [spool.enqueue("telemetry", "acme-1", CT, PAYLOAD).message_id for _ in range(3)]
         spool.enqueue("telemetry", "acme-2", CT, PAYLOAD)
     with Spool(path) as spool:
-        more = spool.enqueue("alarms", "acme-1", CT, PAYLOAD)
+        more = spool.enqueue("alarms", "acme-1", CT, PAYLOAD).message_id
         msgs = envelope_of(spool)
         assert [m.message_id for m in msgs][:3] == first
         assert [(m.device_id, m.sequence) for m in msgs] == [
@@ -62,7 +62,7 @@ def test_refuse_policy_raises_counts_and_keeps_what_it_has(tmp_path):
         kept = []
         with pytest.raises(SpoolFullError, match="is full"):
             while True:
-                kept.append(spool.enqueue("telemetry", "acme-1", CT, b"x" * 100))
+                kept.append(spool.enqueue("telemetry", "acme-1", CT, b"x" * 100).message_id)
         with pytest.raises(SpoolFullError):
             spool.enqueue("telemetry", "acme-1", CT, b"x" * 100)
         stats = spool.stats()
@@ -77,7 +77,7 @@ def test_refuse_policy_raises_counts_and_keeps_what_it_has(tmp_path):
 def test_drop_oldest_policy_makes_room_and_counts_every_drop(tmp_path):
     limits = SpoolLimits(max_bytes=1000, when_full="drop_oldest")
     with Spool(tmp_path / "s.db", limits) as spool:
-        ids = [spool.enqueue("telemetry", "acme-1", CT, b"x" * 100) for _ in range(20)]
+        ids = [spool.enqueue("telemetry", "acme-1", CT, b"x" * 100).message_id for _ in range(20)]
         left = [m.message_id for m in envelope_of(spool)]
         assert left == ids[-len(left) :]
         assert spool.stats().bytes <= 1000

@@ -14,17 +14,13 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-
-import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
-from grpc_status import rpc_status
+from pathlib import Path
 
 from headwater.devstack import vendors
+from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome
+from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
-from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS
 
 
@@ -54,7 +50,12 @@ class FleetStats:
     sent: int = 0
     acked: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     rejected: Counter[str] = field(default_factory=Counter)
+    #: Enqueue to OK, per delivered message (spool wait + call).
     call_latencies_s: list[float] = field(default_factory=list)
+    #: Attempts that will be retried, by reason (overload, outage, bad credentials).
+    retried: Counter[str] = field(default_factory=Counter)
+    #: Messages left in each gateway's spool at the end (the rogue gateway's, by design).
+    still_spooled: dict[str, int] = field(default_factory=dict)
     duplicates_sent: int = 0
     poison_sent: int = 0
     first_ack_ms: dict[str, int] = field(default_factory=dict)
@@ -94,163 +95,133 @@ def build_fleet(gateways: int, devices_per_gateway: int, rng: random.Random) -> 
 
 
 class GatewaySimulator:
-    """Drives one simulated gateway against the ingest service."""
+    """Drives one simulated gateway: its devices write into a spool, the gateway client sends.
+
+    The gateway library (``headwater.gateway``) does the sending, so every dev-stack run
+    exercises its spool, stream/batch sender, retries and rejections.
+    """
 
     def __init__(
         self,
         gateway: SimGateway,
-        channel: grpc.aio.Channel,
+        target: str,
+        spool_dir: Path,
         stats: FleetStats,
         mix: FleetMix,
         rng: random.Random,
         max_payload_bytes: int,
+        batch: int,
     ) -> None:
         self._gw = gateway
-        self._stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
         self._stats = stats
         self._mix = mix
         self._rng = rng
         self._max_payload = max_payload_bytes
-        self._sequence: Counter[str] = Counter()
-        self._recent: list[device_message_pb2.DeviceMessage] = []
-        self._metadata = (("authorization", f"Bearer {gateway.token}"),)
-
-    def _message(self) -> tuple[str, device_message_pb2.DeviceMessage]:
-        """Return (endpoint, message), sometimes a bad or special one."""
-        rng, mix = self._rng, self._mix
-        roll = rng.random()
-        if self._recent and roll < mix.duplicate:
-            self._stats.duplicates_sent += 1
-            return "telemetry", rng.choice(self._recent)
-        device = rng.choice(self._gw.devices)
-        self._sequence[device.device_id] += 1
-        ts = Timestamp()
-        ts.FromMilliseconds(int(time.time() * 1000))
-        msg = device_message_pb2.DeviceMessage(
-            message_id=str(uuid.uuid4()),
-            device_id=device.device_id,
-            device_time=ts,
-            sequence=self._sequence[device.device_id],
-            content_type=device.content_type,
-            payload=vendors.telemetry_payload(device.content_type, vendors.random_reading(rng)),
-            attributes={"gateway": self._gw.gateway_id},
+        # NORMAL: a dev run needs crash safety, not power-loss safety (fewer fsyncs).
+        self._spool = Spool(spool_dir / f"{gateway.gateway_id}.db", synchronous="NORMAL")
+        config = GatewayConfig(
+            target=target,
+            token=gateway.token,
+            use_stream=gateway.use_stream,
+            frame_messages=batch,
+            call_timeout_s=10.0,
         )
-        endpoint = "telemetry"
+        self._client = GatewayClient(self._spool, config, self._outcome)
+        self._enqueued_at: dict[str, float] = {}
+        self._sent: dict[str, tuple[str, device_message_pb2.DeviceMessage]] = {}
+        self._delivered: list[str] = []
+
+    def _outcome(self, outcome: Outcome) -> None:
+        if outcome.status == "delivered":
+            topic = INGEST_TOPICS[outcome.endpoint]
+            self._stats.acked.setdefault(
+                outcome.message_id, (topic, outcome.partition, outcome.offset)
+            )
+            self._stats.first_ack_ms.setdefault(outcome.message_id, int(time.time() * 1000))
+            started = self._enqueued_at.pop(outcome.message_id, None)
+            if started is not None:
+                self._stats.call_latencies_s.append(time.monotonic() - started)
+            self._delivered = [*self._delivered[-50:], outcome.message_id]
+        elif outcome.status == "rejected":
+            self._stats.rejected[outcome.reason or outcome.code] += 1
+        else:
+            self._stats.retried[outcome.reason or outcome.code] += 1
+
+    def _enqueue_one(self) -> None:
+        """Spool one message, sometimes a bad or special one (runs in a worker thread)."""
+        rng, mix = self._rng, self._mix
+        if self._delivered and rng.random() < mix.duplicate:
+            endpoint, msg = self._sent[rng.choice(self._delivered)]
+            if self._spool.enqueue_message(endpoint, msg):  # a resend, same id
+                self._stats.duplicates_sent += 1
+                self._stats.sent += 1
+            return
+        device = rng.choice(self._gw.devices)
+        endpoint, device_id, content_type = "telemetry", device.device_id, device.content_type
+        payload = vendors.telemetry_payload(device.content_type, vendors.random_reading(rng))
         kind = _pick_kind(rng.random(), mix)
         if kind == "poison":
-            msg.payload = vendors.poison_payload(device.content_type)
+            payload = vendors.poison_payload(device.content_type)
             self._stats.poison_sent += 1
         elif kind == "oversized":
-            msg.payload = b"x" * (self._max_payload + 1)
-        elif kind == "invalid_envelope":
-            msg.message_id = "not a valid id!"
+            payload = b"x" * (self._max_payload + 1)
         elif kind == "foreign_device":
-            msg.device_id = "globex-0001"
+            device_id = "globex-0001"
         elif kind == "unknown_format":
-            msg.content_type = "application/vnd.unknown+octet-stream"
+            content_type = "application/vnd.unknown+octet-stream"
         elif kind == "alarm":
-            msg.content_type = vendors.ACME_ALARM
-            msg.payload = vendors.alarm_payload(rng)
-            endpoint = "alarms"
-        if kind in ("normal", "poison", "alarm"):
-            self._recent = [*self._recent[-50:], msg]
-        return endpoint, msg
-
-    def _record(
-        self,
-        endpoint: str,
-        messages: list[device_message_pb2.DeviceMessage],
-        results: list[api.MessageResult],
-    ) -> None:
-        now_ms = int(time.time() * 1000)
-        for msg, result in zip(messages, results, strict=False):
-            if result.code == 0:
-                self._stats.acked.setdefault(
-                    msg.message_id, (INGEST_TOPICS[endpoint], result.partition, result.offset)
-                )
-                self._stats.first_ack_ms.setdefault(msg.message_id, now_ms)
-            else:
-                self._stats.rejected[result.error.reason or str(result.code)] += 1
-
-    def _record_call_error(self, exc: grpc.aio.AioRpcError, count: int) -> None:
-        reason = exc.code().name
-        status = rpc_status.from_call(exc)
-        if status is not None:
-            from google.rpc import error_details_pb2
-
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info):
-                    reason = info.reason
-        self._stats.rejected[reason] += count
-
-    async def run_batches(self, rate: float, batch: int, until: float) -> None:
-        """Send batch calls of ``batch`` messages at ``rate`` messages per second."""
-        interval = batch / rate
-        while time.monotonic() < until:
-            started = time.monotonic()
-            by_endpoint: dict[str, list[device_message_pb2.DeviceMessage]] = {
-                "telemetry": [],
-                "alarms": [],
-            }
-            for _ in range(batch):
-                endpoint, msg = self._message()
-                by_endpoint[endpoint].append(msg)
-            for endpoint, messages in by_endpoint.items():
-                if messages:
-                    await self._publish(endpoint, messages)
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
-
-    async def _publish(
-        self, endpoint: str, messages: list[device_message_pb2.DeviceMessage]
-    ) -> None:
-        self._stats.sent += len(messages)
-        call = self._stub.PublishAlarms if endpoint == "alarms" else self._stub.PublishTelemetry
-        request_type = (
-            api.PublishAlarmsRequest if endpoint == "alarms" else api.PublishTelemetryRequest
-        )
-        started = time.perf_counter()
-        try:
-            response = await call(
-                request_type(messages=messages), metadata=self._metadata, timeout=10
+            endpoint, content_type, payload = (
+                "alarms",
+                vendors.ACME_ALARM,
+                vendors.alarm_payload(rng),
             )
-        except grpc.aio.AioRpcError as exc:
-            self._record_call_error(exc, len(messages))
-            return
-        self._stats.call_latencies_s.append(time.perf_counter() - started)
-        self._record(endpoint, messages, list(response.results))
+        attributes = {"gateway": self._gw.gateway_id}
+        if kind == "invalid_envelope":
+            msg = device_message_pb2.DeviceMessage(
+                message_id="not a valid id!",
+                device_id=device_id,
+                content_type=content_type,
+                payload=payload,
+            )
+            msg.device_time.GetCurrentTime()
+            self._spool.enqueue_message(endpoint, msg)
+        else:
+            msg = self._spool.enqueue(
+                endpoint, device_id, content_type, payload, attributes=attributes
+            )
+            if kind in ("normal", "poison", "alarm"):
+                self._sent[msg.message_id] = (endpoint, msg)
+        self._enqueued_at[msg.message_id] = time.monotonic()
+        self._stats.sent += 1
 
-    async def run_stream(self, rate: float, batch: int, until: float) -> None:
-        """Send telemetry frames on one long-lived stream (alarms still go by batch call)."""
-        sent_at: dict[int, tuple[float, list[device_message_pb2.DeviceMessage]]] = {}
-        alarms: list[device_message_pb2.DeviceMessage] = []
+    async def run(self, rate: float, batch: int, until: float, drain_s: float = 15.0) -> None:
+        """Produce ``rate`` messages per second until ``until``, then let the spool drain.
+
+        The drain lasts while the client still makes progress, at most ``drain_s``.
+        """
+        stop = asyncio.Event()
+        sender = asyncio.create_task(self._client.run(stop))
         interval = batch / rate
-
-        async def frames() -> AsyncIterator[api.StreamTelemetryRequest]:
-            frame_id = 0
+        try:
             while time.monotonic() < until:
                 started = time.monotonic()
-                telemetry: list[device_message_pb2.DeviceMessage] = []
                 for _ in range(batch):
-                    endpoint, msg = self._message()
-                    (alarms if endpoint == "alarms" else telemetry).append(msg)
-                if telemetry:
-                    frame_id += 1
-                    sent_at[frame_id] = (time.perf_counter(), telemetry)
-                    self._stats.sent += len(telemetry)
-                    yield api.StreamTelemetryRequest(frame_id=frame_id, messages=telemetry)
-                if alarms:
-                    await self._publish("alarms", alarms[:])
-                    alarms.clear()
+                    await asyncio.to_thread(self._enqueue_one)
+                self._client.notify()
                 await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
-
-        try:
-            async for answer in self._stub.StreamTelemetry(frames(), metadata=self._metadata):
-                started, messages = sent_at.pop(answer.frame_id)
-                self._stats.call_latencies_s.append(time.perf_counter() - started)
-                self._record("telemetry", messages, list(answer.results))
-        except grpc.aio.AioRpcError as exc:
-            self._record_call_error(exc, sum(len(m) for _, m in sent_at.values()) or 1)
+            deadline, last_acked = time.monotonic() + drain_s, -1
+            while time.monotonic() < deadline and self._spool.stats().depth:
+                acked = len(self._stats.acked)
+                if acked == last_acked:  # no progress for a second: what is left stays spooled
+                    break
+                last_acked = acked
+                await asyncio.sleep(1.0)
+        finally:
+            stop.set()
+            await sender
+            await self._client.close()
+            self._stats.still_spooled[self._gw.gateway_id] = self._spool.stats().depth
+            self._spool.close()
 
 
 def _pick_kind(roll: float, mix: FleetMix) -> str:
@@ -277,6 +248,7 @@ async def run_fleet(
     rate: float,
     duration_s: float,
     max_payload_bytes: int,
+    spool_dir: Path,
     seed: int = 7,
     batch: int = 20,
 ) -> None:
@@ -285,18 +257,19 @@ async def run_fleet(
     per_gateway = rate / len(fleet)
     # The rogue gateway only knocks now and then; it is there to show UNAUTHENTICATED.
     rates = [per_gateway / 10 if gw.gateway_id == "gw-rogue" else per_gateway for gw in fleet]
-    async with grpc.aio.insecure_channel(target) as channel:
-        sims = [
-            GatewaySimulator(
-                gw, channel, stats, FleetMix(), random.Random(seed + i), max_payload_bytes
-            )
-            for i, gw in enumerate(fleet)
-        ]
-        await asyncio.gather(
-            *(
-                sim.run_stream(gw_rate, batch, until)
-                if gw.use_stream
-                else sim.run_batches(gw_rate, batch, until)
-                for sim, gw, gw_rate in zip(sims, fleet, rates, strict=True)
-            )
+    sims = [
+        GatewaySimulator(
+            gw,
+            target,
+            spool_dir,
+            stats,
+            FleetMix(),
+            random.Random(seed + i),
+            max_payload_bytes,
+            batch,
         )
+        for i, gw in enumerate(fleet)
+    ]
+    await asyncio.gather(
+        *(sim.run(gw_rate, batch, until) for sim, gw_rate in zip(sims, rates, strict=True))
+    )

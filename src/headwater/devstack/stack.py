@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import shutil
@@ -30,6 +31,7 @@ from headwater.devstack.readback import missing_acks, read_ingest
 from headwater.devstack.summary import build_summary, read_enriched, render
 from headwater.ingest.auth import hash_token
 from headwater.kafka_admin import ensure_topics
+from headwater.logs import JsonFormatter
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import INGEST_TOPICS, MASTER_DEVICES_TOPIC, all_topics
 
@@ -133,6 +135,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     rng = random.Random(opts.seed)
     fleet = build_fleet(opts.gateways, opts.devices_per_gateway, rng)
     (workdir / "tokens.yaml").write_text(_tokens_yaml(fleet))
+    (workdir / "spools").mkdir()
+    _log_gateways_to(workdir / "fleet.log")
     procs: list[subprocess.Popen[bytes]] = []
     with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
         bootstrap = broker.bootstrap_servers
@@ -183,7 +187,14 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 opts.duration_s / 2, _publish_master, bootstrap, fleet, True
             )
             await run_fleet(
-                target, fleet, stats, opts.rate, opts.duration_s, DEV_MAX_PAYLOAD_BYTES, opts.seed
+                target,
+                fleet,
+                stats,
+                opts.rate,
+                opts.duration_s,
+                DEV_MAX_PAYLOAD_BYTES,
+                workdir / "spools",  # the gateways' spools, one SQLite file each
+                opts.seed,
             )
             elapsed = time.monotonic() - started
             late_master.cancel()
@@ -238,6 +249,15 @@ async def _wait_first_batch(
         if time.monotonic() > deadline:
             raise RuntimeError(f"enricher ran no micro-batch within {within_s}s: see enricher.log")
         await asyncio.sleep(0.5)
+
+
+def _log_gateways_to(path: Path) -> None:
+    """Send the simulated gateways' logs to a file: the console keeps the progress line."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(JsonFormatter())
+    gateway_log = logging.getLogger("headwater.gateway")
+    gateway_log.handlers = [handler]
+    gateway_log.propagate = False
 
 
 def _save_scrape(port: str, path: Path) -> None:

@@ -149,12 +149,12 @@ class GatewayClient:
     async def enqueue(
         self, endpoint: str, device_id: str, content_type: str, payload: bytes, **kw: Any
     ) -> str:
-        """Spool a message (see :meth:`Spool.enqueue`) and wake the sender."""
-        message_id = await asyncio.to_thread(
+        """Spool a message (see :meth:`Spool.enqueue`), wake the sender; return its id."""
+        message = await asyncio.to_thread(
             self.spool.enqueue, endpoint, device_id, content_type, payload, **kw
         )
         self._wake[endpoint].set()
-        return message_id
+        return message.message_id
 
     async def run(self, stop: asyncio.Event) -> None:
         """Send until ``stop`` is set; then finish the frames in flight and return."""
@@ -279,17 +279,18 @@ class GatewayClient:
                         f"no answer to a frame within {cfg.call_timeout_s}s",
                     )
         except grpc.aio.AioRpcError as exc:
-            raise _call_failed(exc) from None
+            failure = _call_failed(exc)
         except asyncio.InvalidStateError:  # a write after the call ended: report its status
-            raise CallFailedError(
-                await call.code(), await call.details() or "stream ended"
-            ) from None
+            failure = CallFailedError(await call.code(), await call.details() or "stream ended")
+        except CallFailedError as exc:
+            failure = exc
         finally:
             read.cancel()
             call.cancel()
-            if inflight:  # unanswered: resend later (same ids; the enricher drops repeats)
-                seqs = [r.seq for _, rows in inflight.values() for r in rows]
-                await asyncio.to_thread(self.spool.retry_later, seqs, 0.0)
+        # Unanswered frames stay spooled and are sent again (same ids: the enricher drops
+        # repeats of what did reach Kafka).
+        await self._kept(endpoint, [r for _, rows in inflight.values() for r in rows], failure)
+        raise failure
 
     async def _idle(self, endpoint: str, stop: asyncio.Event, read: asyncio.Future[Any]) -> None:
         """Wait for an enqueue, the next due retry, a stop, or the stream ending."""
@@ -331,11 +332,26 @@ class GatewayClient:
                     request, metadata=self._metadata, timeout=cfg.call_timeout_s
                 )
             except grpc.aio.AioRpcError as exc:
-                await asyncio.to_thread(self.spool.retry_later, [r.seq for r in rows], 0.0)
-                raise _call_failed(exc) from None
+                failure = _call_failed(exc)
+                await self._kept(endpoint, rows, failure)
+                raise failure from None
             await self._settle(endpoint, rows, list(response.results))
 
     # --- per message ------------------------------------------------------------------
+
+    async def _kept(self, endpoint: str, rows: list[Pending], failure: CallFailedError) -> None:
+        """Messages of a failed call stay spooled, one attempt more."""
+        seqs = [r.seq for r in rows]
+        await asyncio.to_thread(self.spool.retry_later, seqs, failure.retry_delay_s)
+        for row in rows:
+            self._report(
+                Outcome(row.message_id, endpoint, "retry", failure.code.name, failure.reason)
+            )
+
+    def _report(self, outcome: Outcome) -> None:
+        self._metrics.message(outcome.endpoint, outcome.status)
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
 
     async def _settle(
         self, endpoint: str, rows: list[Pending], results: list[api.MessageResult]
@@ -381,9 +397,7 @@ class GatewayClient:
         for delay, seqs in later.items():
             await asyncio.to_thread(self.spool.retry_later, seqs, delay)
         for outcome in outcomes:
-            self._metrics.message(endpoint, outcome.status)
-            if self._on_outcome is not None:
-                self._on_outcome(outcome)
+            self._report(outcome)
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with full jitter."""

@@ -177,8 +177,8 @@ class Spool:
         payload: bytes,
         device_time_ms: int | None = None,
         attributes: Mapping[str, str] | None = None,
-    ) -> str:
-        """Spool a new device message; return the message id it was given.
+    ) -> device_message_pb2.DeviceMessage:
+        """Spool a new device message; return it, with the message id and sequence it was given.
 
         The message id (UUIDv7) and the device's next sequence number are assigned here,
         in the same transaction that stores the message, so a resend after a restart
@@ -202,18 +202,24 @@ class Spool:
             )
             msg.device_time.FromMilliseconds(now if device_time_ms is None else device_time_ms)
             self._insert(endpoint, msg.message_id, msg.SerializeToString(), now)
-        return msg.message_id
+        return msg
 
-    def enqueue_message(self, endpoint: str, message: device_message_pb2.DeviceMessage) -> str:
-        """Spool a message that already has its id and sequence; return its message id.
+    def enqueue_message(self, endpoint: str, message: device_message_pb2.DeviceMessage) -> bool:
+        """Spool a message that already has its id and sequence; False if it is pending.
 
-        For resends and replays from another store: nothing is assigned.
+        For resends and replays from another store: nothing is assigned, and a message
+        whose id is still waiting in the spool is not spooled twice.
         """
         now = _now_ms()
         with self._refusals_counted(), self._mutex, self._db:
             self._db.execute("BEGIN IMMEDIATE")
+            pending = self._db.execute(
+                "SELECT 1 FROM outbox WHERE message_id = ?", (message.message_id,)
+            ).fetchone()
+            if pending:
+                return False
             self._insert(endpoint, message.message_id, message.SerializeToString(), now)
-        return message.message_id
+        return True
 
     def _insert(self, endpoint: str, message_id: str, envelope: bytes, now: int) -> None:
         if endpoint not in ENDPOINTS:
