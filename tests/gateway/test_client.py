@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from headwater.devstack.readback import read_topic
-from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome
+from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome, TlsConfig
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
 
 from ..faultproxy import FaultProxy
+from ..ingest.tls_certs import issue, make_ca, write_pem
 from .conftest import TOKENS
 
 CT = "application/vnd.acme.telemetry.v1+json"
@@ -49,10 +50,13 @@ async def test_every_spooled_message_is_delivered_once_and_leaves_the_spool(
     outcomes: list[Outcome] = []
     with Spool(tmp_path / "spool.db") as spool:
         ids = {
-            spool.enqueue("telemetry", f"acme-{i % 7}", CT, b'{"temp_c": 1}').message_id for i in range(450)
+            spool.enqueue("telemetry", f"acme-{i % 7}", CT, b'{"temp_c": 1}').message_id
+            for i in range(450)
         }
         ids |= {
-            spool.enqueue("alarms", "acme-1", "application/vnd.acme.alarm.v1+json", b"{}").message_id
+            spool.enqueue(
+                "alarms", "acme-1", "application/vnd.acme.alarm.v1+json", b"{}"
+            ).message_id
             for _ in range(30)
         }
         client = GatewayClient(
@@ -75,13 +79,17 @@ async def test_poison_messages_are_rejected_for_good_and_never_block_the_rest(
 ) -> None:
     running = await start_ingest(ingest_settings)
     with Spool(tmp_path / "spool.db") as spool:
-        good_before = [spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(10)]
+        good_before = [
+            spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(10)
+        ]
         bad = device_message_pb2.DeviceMessage(
             message_id="not a valid id!", device_id="acme-1", content_type=CT, payload=b"{}"
         )
         bad.device_time.GetCurrentTime()
         spool.enqueue_message("telemetry", bad)
-        foreign = spool.enqueue("telemetry", "globex-1", CT, b"{}").message_id  # outside gw-a's binding
+        foreign = spool.enqueue(
+            "telemetry", "globex-1", CT, b"{}"
+        ).message_id  # outside gw-a's binding
         good_after = [spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(10)]
         async with GatewayClient(spool, config(running.target, frame_messages=8)) as client:
             assert await client.drain(within_s=20)
@@ -154,3 +162,30 @@ async def test_bad_credentials_keep_every_message_spooled(
         async with GatewayClient(spool, config(running.target, token="wrong")) as client:
             assert not await client.drain(within_s=2)
         assert spool.stats().depth == 5 and spool.rejected() == []
+
+
+async def test_mtls_certificate_identifies_the_gateway_without_a_token(
+    start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
+) -> None:
+    ca_pem, ca_key, ca_cert = make_ca()
+    (tmp_path / "ca.crt").write_bytes(ca_pem.cert)
+    cert, key = write_pem(tmp_path, "server", issue(ca_key, ca_cert, "localhost", server=True))
+    settings = dataclasses.replace(
+        ingest_settings,
+        tls_cert_file=str(cert),
+        tls_key_file=str(key),
+        tls_client_ca_file=str(tmp_path / "ca.crt"),
+    )
+    running = await start_ingest(settings)
+    client_pem = issue(ca_key, ca_cert, "gw-a", server=False)
+    tls = TlsConfig(
+        root_certificates=ca_pem.cert,
+        client_certificate_chain=client_pem.cert,
+        client_private_key=client_pem.key,
+        server_name="localhost",
+    )
+    with Spool(tmp_path / "spool.db") as spool:
+        ids = {spool.enqueue("telemetry", "acme-1", CT, b"{}").message_id for _ in range(20)}
+        async with GatewayClient(spool, config(running.target, token=None, tls=tls)) as client:
+            assert await client.drain(within_s=20)
+    assert in_kafka(kafka_bootstrap, "telemetry", ids) == ids

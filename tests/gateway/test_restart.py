@@ -58,7 +58,9 @@ async def test_sigkill_mid_send_then_restart_delivers_everything(
     running = await start_ingest(ingest_settings)
     path = tmp_path / "spool.db"
     with Spool(path) as spool:
-        ids = {spool.enqueue("telemetry", f"acme-{i % 5}", CT, b"{}").message_id for i in range(3000)}
+        ids = {
+            spool.enqueue("telemetry", f"acme-{i % 5}", CT, b"{}").message_id for i in range(3000)
+        }
 
     first = _drain(path, running.target)
     deadline = time.monotonic() + 60

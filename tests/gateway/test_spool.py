@@ -8,7 +8,13 @@ import uuid
 import pytest
 
 from headwater.gateway.ids import timestamp_ms, uuid7
-from headwater.gateway.spool import Spool, SpoolFullError, SpoolLimits, SpoolLockedError
+from headwater.gateway.spool import (
+    NewMessage,
+    Spool,
+    SpoolFullError,
+    SpoolLimits,
+    SpoolLockedError,
+)
 from headwater.proto.device.v1 import device_message_pb2
 
 PAYLOAD = b'{"temp_c": 21.5}'
@@ -126,3 +132,22 @@ def test_one_process_per_spool(tmp_path):
 def test_unknown_endpoint_is_refused(tmp_path):
     with Spool(tmp_path / "s.db") as spool, pytest.raises(ValueError, match="unknown endpoint"):
         spool.enqueue("metrics", "acme-1", CT, PAYLOAD)
+
+
+def test_enqueue_many_is_one_transaction_all_or_none(tmp_path):
+    limits = SpoolLimits(max_bytes=2000, when_full="refuse")
+    with Spool(tmp_path / "s.db", limits) as spool:
+        batch = [NewMessage(f"acme-{i % 2}", CT, b"x" * 100) for i in range(5)]
+        msgs = spool.enqueue_many("telemetry", batch)
+        assert [(m.device_id, m.sequence) for m in msgs] == [
+            ("acme-0", 1),
+            ("acme-1", 1),
+            ("acme-0", 2),
+            ("acme-1", 2),
+            ("acme-0", 3),
+        ]
+        too_many = [NewMessage("acme-0", CT, b"x" * 100) for _ in range(50)]
+        with pytest.raises(SpoolFullError):
+            spool.enqueue_many("telemetry", too_many)
+        assert spool.stats().depth == 5  # none of the refused batch was kept
+        assert spool.enqueue("telemetry", "acme-0", CT, b"{}").sequence == 4

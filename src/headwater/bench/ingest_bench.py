@@ -23,12 +23,12 @@ import grpc
 from headwater import record_headers as rh
 from headwater.bench import loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record
-from headwater.protowire import length_field
 from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.settings import PRODUCERS
 from headwater.kafka_admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
+from headwater.protowire import length_field
 from headwater.topics import INGEST_TOPICS, TopicSpec
 
 ECHO_METHOD = "/headwater.bench.Echo/Echo"

@@ -17,8 +17,8 @@ import grpc
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 
-from headwater.protowire import length_field, varint
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.protowire import varint
 
 PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
 STREAM = "/headwater.ingest.v1.IngestService/StreamTelemetry"
