@@ -11,6 +11,8 @@ crash between the two layers cannot count a completion twice.
         --bootstrap-servers 127.0.0.1:9092 [--start earliest] [--max-seconds 60]
 
 Prints the subscriber's counts as JSON when it stops (SIGTERM, Ctrl-C or --max-seconds).
+Kafka security settings come from HEADWATER_KAFKA_*; on the embedded dev broker set
+HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false (it rejects aiokafka's idempotent producer).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 from typing import Any
@@ -70,7 +73,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
 
     subscriber = Subscriber(
-        KafkaSettings.from_env({"HEADWATER_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap_servers}),
+        # Security and producer settings from HEADWATER_KAFKA_* (see the README).
+        KafkaSettings.from_env(
+            os.environ | {"HEADWATER_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap_servers}
+        ),
         args.group,
         [args.topic],
         count,
