@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: install run test lint protos bench clean
+.PHONY: install run test lint protos descriptors bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 
 protos: $(STAMP) ## regenerate src/headwater/proto from proto/
 	$(BIN)/python scripts/generate_protos.py
+
+descriptors: $(STAMP) ## dist/headwater.binpb: the descriptor set, to decode every topic in any language
+	mkdir -p dist
+	$(BIN)/python -c "import sys; from headwater.contracts import descriptor_set; sys.stdout.buffer.write(descriptor_set())" > dist/headwater.binpb
 
 bench: $(STAMP) ## the ingest benchmark (numbers go to docs/benchmarks.md)
 	$(BIN)/headwater bench ingest $(ARGS)
