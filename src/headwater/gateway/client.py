@@ -16,6 +16,7 @@ Envelopes go on the wire as the spool holds them: a request is assembled from th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -292,8 +293,10 @@ class GatewayClient:
         await self._kept(endpoint, [r for _, rows in inflight.values() for r in rows], failure)
         raise failure
 
-    async def _idle(self, endpoint: str, stop: asyncio.Event, read: asyncio.Future[Any]) -> None:
-        """Wait for an enqueue, the next due retry, a stop, or the stream ending."""
+    async def _idle(
+        self, endpoint: str, stop: asyncio.Event, read: asyncio.Future[Any] | None = None
+    ) -> None:
+        """Wait for an enqueue, the next due retry, a stop, or (``read``) the stream ending."""
         due_in = await asyncio.to_thread(self.spool.next_due_in_s, endpoint)
         timeout = (
             self.config.idle_poll_s if due_in is None else min(due_in, self.config.idle_poll_s)
@@ -303,7 +306,9 @@ class GatewayClient:
             asyncio.ensure_future(stop.wait()),
         }
         await asyncio.wait(
-            {*waiters, read}, timeout=max(0.01, timeout), return_when=asyncio.FIRST_COMPLETED
+            {*waiters, *([read] if read else [])},
+            timeout=max(0.01, timeout),
+            return_when=asyncio.FIRST_COMPLETED,
         )
         for w in waiters:
             w.cancel()
@@ -322,9 +327,7 @@ class GatewayClient:
             self._wake[endpoint].clear()
             rows = await asyncio.to_thread(self.spool.due, endpoint, cfg.frame_messages, 0)
             if not rows:
-                due_in = await asyncio.to_thread(self.spool.next_due_in_s, endpoint)
-                wait = cfg.idle_poll_s if due_in is None else min(due_in, cfg.idle_poll_s)
-                await _sleep_unless(stop, max(0.01, wait), self._wake[endpoint])
+                await self._idle(endpoint, stop)
                 continue
             request = b"".join(length_field(1, r.envelope) for r in rows)
             try:
@@ -457,12 +460,7 @@ async def _bounded(awaitable: Any, timeout_s: float, what: str) -> None:
         ) from None
 
 
-async def _sleep_unless(
-    stop: asyncio.Event, seconds: float, wake: asyncio.Event | None = None
-) -> None:
-    waiters = {asyncio.ensure_future(stop.wait())}
-    if wake is not None:
-        waiters.add(asyncio.ensure_future(wake.wait()))
-    await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    for w in waiters:
-        w.cancel()
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
