@@ -11,6 +11,8 @@ import uuid
 from collections import Counter
 
 import pytest
+from aiokafka import TopicPartition
+from aiokafka import errors as kafka_errors
 
 from headwater.devstack.readback import read_topic
 from headwater.kafka_settings import KafkaSettings
@@ -22,6 +24,7 @@ from headwater.subscriber.subscriber import (
     Delivery,
     StartPointRequiredError,
     Subscriber,
+    out_of_range_error,
 )
 
 from .conftest import committed, completion, produce
@@ -151,3 +154,15 @@ async def test_rebalance_between_two_subscribers_loses_nothing(kafka_bootstrap, 
         stop_second.set()
         await asyncio.gather(a, *([b] if b else []), return_exceptions=True)
     assert wanted | {"m-last-0", "m-last-1"} == set(handled)
+
+
+def test_an_offset_out_of_the_log_becomes_a_start_point_error():
+    # The broker path (a fetch answered OFFSET_OUT_OF_RANGE) cannot be provoked on the
+    # embedded broker: it has no DeleteRecords and answers a fetch past the end with
+    # nothing. This checks the translation of aiokafka's error, a pure unit.
+    error = kafka_errors.OffsetOutOfRangeError({TopicPartition("completions.v1", 2): 1000})
+    translated = out_of_range_error("billing", error)
+    assert isinstance(translated, StartPointRequiredError)
+    message = str(translated)
+    assert "completions.v1[2]" in message and "committed offset 1000" in message
+    assert "headwater offsets reset --group billing --topic completions.v1" in message

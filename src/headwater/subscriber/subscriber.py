@@ -170,14 +170,7 @@ class Subscriber:
                     _start_point_message(self.group_id, tp, "no committed offset")
                 ) from None
             except kafka_errors.OffsetOutOfRangeError as exc:
-                (tp, offset), *_ = exc.args[0].items()
-                raise StartPointRequiredError(
-                    _start_point_message(
-                        self.group_id,
-                        tp,
-                        f"committed offset {offset} is no longer in the log (retention)",
-                    )
-                ) from None
+                raise out_of_range_error(self.group_id, exc) from None
             for tp, records in batches.items():
                 done = None
                 for record in records:
@@ -255,6 +248,15 @@ class Subscriber:
     def _count(self, result: str) -> None:
         self.counts[result] += 1
         self._records.add(1, {"group": self.group_id, "result": result})
+
+
+def out_of_range_error(
+    group: str, exc: kafka_errors.OffsetOutOfRangeError
+) -> StartPointRequiredError:
+    """Translate aiokafka's out-of-range fetch error (``auto_offset_reset="none"``)."""
+    (tp, offset), *_ = exc.args[0].items()
+    why = f"committed offset {offset} is no longer in the log (retention, or a recreated topic)"
+    return StartPointRequiredError(_start_point_message(group, tp, why))
 
 
 def _start_point_message(group: str, tp: TopicPartition, why: str) -> str:
