@@ -1,18 +1,22 @@
-"""Example service: count completion events per device and outcome, in SQLite.
+r"""Example service: count completion events per device and outcome, in SQLite.
 
 It reacts to every completion the enricher publishes (ENRICHED, DEAD_LETTERED, ...) and
-keeps ``counts(device_id, outcome, n)`` up to date. Delivery is at least once, so both
-layers of protection are used: the subscriber's SQLite dedup store skips what was handled
-before a crash (cheap, before the handler runs), and the handler's write is idempotent by
-itself: the completion's id and the count change commit in one transaction, so even a
+keeps ``counts(device_id, outcome, n)`` up to date. Delivery is at least once, so it uses
+both layers of protection: the subscriber's SQLite dedup store skips what was handled
+before a restart (cheap, before the handler runs), and the handler's write is idempotent
+by itself: the completion's id and the count change commit in one transaction, so even a
 crash between the two layers cannot count a completion twice.
 
     python examples/completion_subscriber.py --db counts.db --group my-service \
-        --bootstrap-servers 127.0.0.1:9092 [--start earliest] [--max-seconds 60]
+        [--bootstrap-servers HOST:PORT] [--topic completions.v1] [--start earliest]
 
-Prints the subscriber's counts as JSON when it stops (SIGTERM, Ctrl-C or --max-seconds).
-Kafka security settings come from HEADWATER_KAFKA_*; on the embedded dev broker set
-HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false (it rejects aiokafka's idempotent producer).
+Runs until SIGTERM or Ctrl-C (finishing the record in hand, committing, leaving the
+group), then prints the subscriber's counts as JSON. Kafka connection and security come
+from HEADWATER_KAFKA_* (--bootstrap-servers overrides the address), the other subscriber
+settings from HEADWATER_SUBSCRIBER_* (docs/subscribe.md); on the embedded dev
+broker set HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false (it rejects aiokafka's idempotent
+producer). --start is for the first run of a new group only: without it a group with no
+committed offset stops and says how to choose one.
 """
 
 from __future__ import annotations
@@ -20,81 +24,103 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sqlite3
-from typing import Any
 
+from headwater.contracts import Completion, Outcome
 from headwater.kafka_settings import KafkaSettings
-from headwater.proto.events.v1 import completion_pb2
-from headwater.subscriber.dedup import SqliteDedup
-from headwater.subscriber.subscriber import Delivery, Subscriber, decode_completion
+from headwater.subscriber import (
+    Delivery,
+    SqliteDedup,
+    StartPointRequiredError,
+    Subscriber,
+    SubscriberSettings,
+    decode_completion,
+)
 from headwater.topics import COMPLETIONS_TOPIC
 
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS counts (
+    device_id TEXT NOT NULL, outcome TEXT NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (device_id, outcome));
+CREATE TABLE IF NOT EXISTS counted (key TEXT PRIMARY KEY);
+"""
 
-def main() -> None:
-    """Parse the arguments, run until stopped, print the counts."""
+
+def main() -> int:
+    """Parse the arguments, run until stopped, print the counts; exit 2 without a start."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--db", required=True, help="SQLite file for the counts")
+    parser.add_argument("--group", required=True, help="consumer group id of this service")
     parser.add_argument(
-        "--db", required=True, help="SQLite file for the counts and the dedup store"
+        "--bootstrap-servers", help="Kafka address (default $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)"
     )
-    parser.add_argument("--group", required=True, help="consumer group id")
-    parser.add_argument("--bootstrap-servers", required=True)
-    parser.add_argument("--topic", default=COMPLETIONS_TOPIC)
-    parser.add_argument("--start", choices=["earliest", "latest"], help="only for a new group")
-    parser.add_argument("--max-seconds", type=float, default=0, help="stop after this long")
+    parser.add_argument("--topic", default=COMPLETIONS_TOPIC, help="default %(default)s")
+    parser.add_argument(
+        "--start", choices=["earliest", "latest"], help="first run of a new group only"
+    )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args))))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    try:
+        counts = asyncio.run(run(args))
+    except StartPointRequiredError as exc:
+        print(exc, flush=True)
+        return 2
+    print(json.dumps(counts), flush=True)
+    return 0
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Count completions until SIGTERM/SIGINT or --max-seconds; return the counts."""
-    db = sqlite3.connect(args.db, isolation_level=None)
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS counts (device_id TEXT, outcome TEXT, n INTEGER, "
-        "PRIMARY KEY (device_id, outcome))"
-    )
-    db.execute("CREATE TABLE IF NOT EXISTS counted (key TEXT PRIMARY KEY)")
+def count_completion(db: sqlite3.Connection, key: str, c: Completion) -> None:
+    """Count ``c`` once, whatever happens: the id and the count change commit together."""
+    outcome = Outcome.Name(c.outcome).removeprefix("OUTCOME_")
+    with db:  # one transaction: both rows or neither
+        if db.execute("INSERT OR IGNORE INTO counted (key) VALUES (?)", (key,)).rowcount:
+            db.execute(
+                "INSERT INTO counts (device_id, outcome, n) VALUES (?, ?, 1) "
+                "ON CONFLICT (device_id, outcome) DO UPDATE SET n = n + 1",
+                (c.device_id, outcome),
+            )
+
+
+async def run(args: argparse.Namespace) -> dict[str, int]:
+    """Count completions until SIGTERM/SIGINT; return the subscriber's counts."""
+    db = sqlite3.connect(args.db)
+    db.executescript(SCHEMA)
     dedup = SqliteDedup(args.db + ".dedup")
 
-    async def count(delivery: Delivery) -> None:
-        c = delivery.message
-        assert isinstance(c, completion_pb2.Completion)
-        outcome = completion_pb2.Outcome.Name(c.outcome).removeprefix("OUTCOME_")
-        with db:  # one transaction: the id and the count change, or neither
-            db.execute("BEGIN")
-            if db.execute("INSERT OR IGNORE INTO counted VALUES (?)", (delivery.key,)).rowcount:
-                db.execute(
-                    "INSERT INTO counts VALUES (?, ?, 1) "
-                    "ON CONFLICT (device_id, outcome) DO UPDATE SET n = n + 1",
-                    (c.device_id, outcome),
-                )
+    async def handle(delivery: Delivery[Completion]) -> None:
+        count_completion(db, delivery.key, delivery.message)
 
+    # The arguments win over the environment; other settings come from HEADWATER_KAFKA_*
+    # and HEADWATER_SUBSCRIBER_* (docs/subscribe.md).
+    env = dict(os.environ)
+    env["HEADWATER_SUBSCRIBER_GROUP_ID"] = args.group
+    env["HEADWATER_SUBSCRIBER_TOPICS"] = args.topic
+    env["HEADWATER_SUBSCRIBER_START"] = args.start or ""
+    if args.bootstrap_servers:
+        env["HEADWATER_KAFKA_BOOTSTRAP_SERVERS"] = args.bootstrap_servers
     subscriber = Subscriber(
-        # Security and producer settings from HEADWATER_KAFKA_* (see the README).
-        KafkaSettings.from_env(
-            os.environ | {"HEADWATER_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap_servers}
-        ),
-        args.group,
-        [args.topic],
-        count,
+        KafkaSettings.from_env(env),
+        SubscriberSettings.from_env(env),
+        handle,
         decode_completion,
         dedup=dedup,
-        start=args.start,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if args.max_seconds:
-        loop.call_later(args.max_seconds, stop.set)
-    await subscriber.run(stop)
-    dedup.close()
-    db.close()
+    try:
+        await subscriber.run(stop)
+    finally:
+        dedup.close()
+        db.close()
     return subscriber.counts
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,16 +1,22 @@
 """At-least-once consumption of Headwater's completion events and common-format events.
 
-A ``Subscriber`` hands each record, decoded into the generated class, to an async
-handler and commits a partition's offset only past records that are done: handled,
-recognised as a duplicate (by a stable id in a dedup store), or parked. A handler that
-keeps failing is retried with backoff a bounded number of times, then the record is parked
-on the subscriber's own dead-letter topic with the error, and the stream moves on. An
+A ``Subscriber`` hands each record, decoded into the generated class, to an async handler
+and commits a partition's offset only past records that are done: handled, recognised as a
+duplicate (by a stable id in a dedup store), or parked. Records of a partition are done in
+order, so a commit never passes a record that is still being retried. A handler that keeps
+failing is retried with backoff a bounded number of times, then the record is parked on
+the subscriber's own dead-letter topic with the error, and the partition moves on; an
 undecodable record is parked at once.
 
-Offsets are never reset implicitly: a group without a committed offset, or whose offset
-fell out of the log, stops with :class:`StartPointRequiredError`, which says how to choose
-a start point (``headwater offsets reset``). ``start="earliest"|"latest"`` is the explicit
-opt-in for a brand-new group.
+Offsets are never reset implicitly: a partition without a committed offset, or whose
+offset is no longer in the log, stops the subscriber with StartPointRequiredError, which
+says how to choose a start point with ``headwater offsets reset``. That is checked before
+the group is joined (``startpoints``) and again while consuming. ``start`` is the explicit
+opt-in for a partition the group has never committed (a first run); the chosen offset is
+committed at once, so the choice is made once and not again at every rebalance.
+
+Cancelling ``run`` instead of setting its stop event also leaves the group, but abandons
+the record in hand uncommitted (it comes again).
 """
 
 from __future__ import annotations
@@ -18,252 +24,316 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+import time
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+from typing import Generic
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka import errors as kafka_errors
-from google.protobuf.message import Message
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from aiokafka.structs import ConsumerRecord
+from opentelemetry.metrics import Meter
 
 from headwater.kafka_settings import KafkaSettings
-from headwater.proto.events.v1 import completion_pb2, event_pb2
 from headwater.subscriber.dedup import DedupStore, MemoryDedup
+from headwater.subscriber.errors import StartPointRequiredError
+from headwater.subscriber.messages import Decoder, Delivery, Handler, M
+from headwater.subscriber.metrics import SubscriberMetrics
+from headwater.subscriber.parking import Parker
+from headwater.subscriber.settings import SubscriberSettings
+from headwater.subscriber.startpoints import check_start_points
 
 log = logging.getLogger(__name__)
 
-#: Headers a parked record carries besides its original ones.
-PARKED_ERROR_CLASS = "subscriber-error-class"
-PARKED_ERROR_MESSAGE = "subscriber-error-message"
-PARKED_ATTEMPTS = "subscriber-attempts"
-PARKED_SOURCE = "subscriber-source"  # topic/partition@offset
+_POLL_MS = 300
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """One record for the handler: the decoded message and where it came from."""
+class Subscriber(Generic[M]):
+    """Consume ``settings.topics`` as consumer group ``settings.group_id``.
 
-    message: Message
-    #: The stable id it is deduplicated by.
-    key: str
-    topic: str
-    partition: int
-    offset: int
-    headers: tuple[tuple[str, bytes], ...]
-
-
-Decoder = Callable[[bytes], tuple[Message, str]]
-Handler = Callable[[Delivery], Awaitable[None]]
-
-
-def decode_completion(value: bytes) -> tuple[Message, str]:
-    """Decode a Completion; its id is message id + outcome + attempt (a replay repeats all)."""
-    c = completion_pb2.Completion.FromString(value)
-    if not c.message_id or not c.outcome:
-        raise ValueError("not a Completion: message_id and outcome are required")
-    return c, f"{c.message_id}:{completion_pb2.Outcome.Name(c.outcome)}:{c.attempt}"
-
-
-def decode_event(value: bytes) -> tuple[Message, str]:
-    """Decode a common-format Event; its id is ``event_id``."""
-    e = event_pb2.Event.FromString(value)
-    if not e.event_id:
-        raise ValueError("not an Event: event_id is required")
-    return e, e.event_id
-
-
-class StartPointRequiredError(RuntimeError):
-    """The group has no usable committed offset; a person must choose where to start."""
-
-
-class Subscriber:
-    """Consume ``topics`` as consumer group ``group_id`` (see the module docstring)."""
+    No I/O happens before ``run``. ``decoder`` picks the message type (``decode_completion``
+    or ``decode_event``, or your own); ``dedup`` defaults to an in-memory LRU, which forgets
+    at a restart: use ``SqliteDedup`` when a restart must not repeat side effects.
+    """
 
     def __init__(
         self,
         kafka: KafkaSettings,
-        group_id: str,
-        topics: Sequence[str],
-        handler: Handler,
-        decoder: Decoder = decode_completion,
+        settings: SubscriberSettings,
+        handler: Handler[M],
+        decoder: Decoder[M],
         dedup: DedupStore | None = None,
-        dead_letter_topic: str | None = None,
-        max_attempts: int = 5,
-        backoff_initial_s: float = 0.2,
-        backoff_max_s: float = 10.0,
-        start: Literal["earliest", "latest"] | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.kafka = kafka
-        self.group_id = group_id
-        self.topics = list(topics)
-        self.dead_letter_topic = dead_letter_topic or f"{group_id}.deadletter.v1"
+        self.settings = settings
+        self.metrics = SubscriberMetrics(settings.group_id, meter)
         self._handler = handler
         self._decoder = decoder
-        self._dedup = dedup if dedup is not None else MemoryDedup()
-        self._max_attempts = max_attempts
-        self._backoff = (backoff_initial_s, backoff_max_s)
-        self._start = start
-        self._lag: dict[TopicPartition, int] = {}
-        meter = metrics.get_meter("headwater.subscriber")
-        self._records = meter.create_counter(
-            "headwater.subscriber.records", unit="{record}", description="By result"
-        )
-        meter.create_observable_gauge(
-            "headwater.subscriber.lag",
-            [self._observe_lag],
-            "{record}",
-            "Records behind the log end, per partition",
-        )
-        #: Results so far: handled, duplicate, parked.
-        self.counts: dict[str, int] = {"handled": 0, "duplicate": 0, "parked": 0}
+        self._dedup: DedupStore = dedup if dedup is not None else MemoryDedup()
+        # Held while a batch is handled and committed; a rebalance waits for it, so the
+        # partitions are handed over with everything done committed.
+        self._batch_lock = asyncio.Lock()
+        self._revoking = False
+        # Partitions whose position was checked against the log since the last assignment.
+        self._checked: set[TopicPartition] = set()
+        # The next offset to handle per partition, for the lag.
+        self._next: dict[TopicPartition, int] = {}
+        # Bumped at every rebalance: a batch fetched before one is dropped, not handled.
+        self._generation = 0
 
-    def _observe_lag(self, _options: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(lag, {"topic": tp.topic, "partition": tp.partition})
-            for tp, lag in self._lag.items()
-        ]
+    @property
+    def counts(self) -> dict[str, int]:
+        """Records done so far by result: handled, duplicate, parked."""
+        return self.metrics.counts
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set: finish the current record, commit, leave the group."""
-        security = self.kafka.aiokafka_security()
-        consumer = AIOKafkaConsumer(
-            *self.topics,
-            bootstrap_servers=self.kafka.bootstrap_servers,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            **security,
-        )
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.kafka.bootstrap_servers,
-            acks="all",
-            enable_idempotence=self.kafka.enable_idempotence,
-            **security,
-        )
-        await producer.start()
-        try:
+        """Consume until ``stop`` is set: finish the current record, commit, leave the group.
+
+        Raises StartPointRequiredError when a partition has no usable committed offset,
+        DeadLetterTopicError when the dead-letter topic cannot be reached at start.
+        """
+        s = self.settings
+        await check_start_points(self.kafka, s)  # before joining: a failure disturbs nobody
+        parker = Parker(self.kafka, s.dead_letter, s.group_id)
+        async with AsyncExitStack() as stack:
+            await parker.start()
+            stack.push_async_callback(parker.stop)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.kafka.bootstrap_servers,
+                client_id=f"headwater-subscriber-{s.group_id}",
+                group_id=s.group_id,
+                enable_auto_commit=False,
+                # Never a reset the library picks: missing or lost offsets raise instead.
+                auto_offset_reset="none",
+                max_poll_interval_ms=int(s.max_poll_interval_s * 1000),
+                session_timeout_ms=int(s.session_timeout_s * 1000),
+                heartbeat_interval_ms=int(s.session_timeout_s * 1000 / 3),
+                **self.kafka.aiokafka_security(),
+            )
             await consumer.start()
-            try:
-                await self._consume(consumer, producer, stop)
-            finally:
-                await consumer.stop()  # leaves the group: a rebalance hands partitions on
-        finally:
-            await producer.stop()
+            # Stopping leaves the group, so a rebalance hands the partitions on at once.
+            stack.push_async_callback(consumer.stop)
+            consumer.subscribe(list(s.topics), listener=_Handover(self))
+            log.info(
+                "subscriber started",
+                extra={"group": s.group_id, "topics": list(s.topics), "parking": parker.topic},
+            )
+            await self._consume(consumer, parker, stop)
+        log.info("subscriber stopped", extra={"group": s.group_id, "counts": self.counts})
 
     async def _consume(
-        self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, stop: asyncio.Event
+        self, consumer: AIOKafkaConsumer, parker: Parker, stop: asyncio.Event
     ) -> None:
         while not stop.is_set():
             try:
-                batches = await consumer.getmany(timeout_ms=300, max_records=200)
+                batches = await consumer.getmany(
+                    timeout_ms=_POLL_MS, max_records=self.settings.max_batch
+                )
             except kafka_errors.NoOffsetForPartitionError as exc:
-                tp = exc.args[0]
-                if self._start == "earliest":
-                    await consumer.seek_to_beginning(tp)
-                    continue
-                if self._start == "latest":
-                    await consumer.seek_to_end(tp)
-                    continue
-                raise StartPointRequiredError(
-                    _start_point_message(self.group_id, tp, "no committed offset")
-                ) from None
+                await self._start_new_partition(consumer, exc.args[0])
+                continue
             except kafka_errors.OffsetOutOfRangeError as exc:
-                raise out_of_range_error(self.group_id, exc) from None
-            for tp, records in batches.items():
-                done = None
-                for record in records:
-                    if stop.is_set():
-                        break  # what is not done is not committed: delivered again later
-                    await self._process(record, producer)
-                    done = record.offset + 1
-                if done is not None:
-                    await consumer.commit({tp: done})
-                high = consumer.highwater(tp)
-                if high is not None and done is not None:
-                    self._lag[tp] = max(0, high - done)
+                (tp, offset), *_ = exc.args[0].items()
+                raise self._out_of_range(tp, offset, "is no longer in the log") from None
+            fetched_in = self._generation
+            await self._check_positions(consumer, batches.keys())
+            async with self._batch_lock:
+                if self._generation != fetched_in:
+                    continue  # partitions moved meanwhile: the new owners get these records
+                for tp, records in batches.items():
+                    if stop.is_set() or self._revoking:
+                        break
+                    await self._handle_partition(consumer, parker, stop, tp, records)
+            self._update_lag(consumer)
 
-    async def _process(self, record: Any, producer: AIOKafkaProducer) -> None:
-        headers = tuple(record.headers or ())
+    async def _handle_partition(
+        self,
+        consumer: AIOKafkaConsumer,
+        parker: Parker,
+        stop: asyncio.Event,
+        tp: TopicPartition,
+        records: list[ConsumerRecord[bytes, bytes]],
+    ) -> None:
+        done: int | None = None
+        for record in records:
+            # Stopping or handing over: what is not done is not committed and comes again
+            # (to this group's next owner of the partition).
+            if stop.is_set() or self._revoking:
+                break
+            if not await self._process(record, parker, stop):
+                break
+            done = record.offset + 1
+        if done is None:
+            return
+        try:
+            await consumer.commit({tp: done})
+        except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
+            # The partition moved to another member while this batch was handled (it took
+            # longer than the rebalance timeout): the new owner gets these records again
+            # and the dedup store and idempotent writes absorb them.
+            log.warning(
+                "commit failed after a rebalance; the records will be delivered again",
+                extra={"topic": tp.topic, "partition": tp.partition, "error": repr(exc)},
+            )
+            return
+        self._next[tp] = done
+
+    def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
+        # From the high watermark of the last fetch: exact on every broker we know.
+        for tp in consumer.assignment():
+            high, next_offset = consumer.highwater(tp), self._next.get(tp)
+            if high is not None and next_offset is not None:
+                self.metrics.lag[(tp.topic, tp.partition)] = max(0, high - next_offset)
+
+    async def _process(
+        self, record: ConsumerRecord[bytes, bytes], parker: Parker, stop: asyncio.Event
+    ) -> bool:
+        """Handle, skip or park ``record``; return False if it is not done (stopping)."""
         try:
             message, key = self._decoder(record.value or b"")
-        except Exception as exc:  # undecodable: park it, never block the partition
-            await self._park(record, producer, exc, 0)
-            return
+        except Exception as exc:  # undecodable: it never will be; park it at once
+            await parker.park(record, exc, 0)
+            self.metrics.done(record.topic, "parked")
+            return True
         if self._dedup.seen(key):
-            self._count("duplicate")
-            return
-        delivery = Delivery(message, key, record.topic, record.partition, record.offset, headers)
-        for attempt in range(1, self._max_attempts + 1):
+            self.metrics.done(record.topic, "duplicate")
+            return True
+        delivery = Delivery(
+            message,
+            key,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            tuple(record.headers or ()),
+        )
+        s = self.settings
+        for attempt in range(1, s.max_attempts + 1):
+            started = time.perf_counter()
             try:
-                await self._handler(delivery)
+                if s.handler_timeout_s:
+                    await asyncio.wait_for(self._handler(delivery), s.handler_timeout_s)
+                else:
+                    await self._handler(delivery)
             except Exception as exc:
-                if attempt == self._max_attempts:
-                    await self._park(record, producer, exc, attempt)
-                    return
+                self.metrics.handler_call(record.topic, time.perf_counter() - started)
+                if attempt == s.max_attempts:
+                    await parker.park(record, exc, attempt)
+                    self.metrics.done(record.topic, "parked")
+                    return True
+                self.metrics.retried(record.topic, type(exc).__name__)
                 delay = random.uniform(
-                    0, min(self._backoff[1], self._backoff[0] * 2 ** (attempt - 1))
+                    0, min(s.backoff_max_s, s.backoff_initial_s * 2 ** (attempt - 1))
                 )
                 log.warning(
                     "handler failed; retrying",
                     extra={
                         "key": key,
+                        "source": f"{record.topic}/{record.partition}@{record.offset}",
                         "attempt": attempt,
-                        "error": repr(exc),
-                        "retry_in_s": round(delay, 2),
+                        "error": repr(exc)[:200],
+                        "retry_in_s": round(delay, 3),
                     },
                 )
-                await asyncio.sleep(delay)
+                if await _stopped_within(stop, delay):
+                    return False
             else:
+                self.metrics.handler_call(record.topic, time.perf_counter() - started)
                 self._dedup.record(key)
-                self._count("handled")
-                return
+                self.metrics.done(record.topic, "handled")
+                return True
+        raise AssertionError("unreachable: the last attempt parks or returns")
 
-    async def _park(
-        self, record: Any, producer: AIOKafkaProducer, exc: Exception, attempts: int
+    async def _start_new_partition(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
+        start = self.settings.start
+        if start is None:
+            raise StartPointRequiredError(
+                self.settings.group_id, tp.topic, tp.partition, "no committed offset"
+            )
+        if start == "earliest":
+            await consumer.seek_to_beginning(tp)
+        else:
+            await consumer.seek_to_end(tp)
+        position = await consumer.position(tp)
+        log.warning(
+            "no committed offset: starting where the caller said (start=%s)",
+            start,
+            extra={"topic": tp.topic, "partition": tp.partition, "offset": position},
+        )
+        self._next[tp] = position
+        # Committed now: the choice is made once, not again after a rebalance or restart.
+        try:
+            await consumer.commit({tp: position})
+        except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
+            log.warning("could not commit the start point yet", extra={"error": repr(exc)})
+
+    async def _check_positions(
+        self, consumer: AIOKafkaConsumer, with_records: Iterable[TopicPartition]
     ) -> None:
-        headers = [
-            *(record.headers or ()),
-            (PARKED_ERROR_CLASS, type(exc).__name__.encode()),
-            (PARKED_ERROR_MESSAGE, str(exc)[:1000].encode()),
-            (PARKED_ATTEMPTS, str(attempts).encode()),
-            (PARKED_SOURCE, f"{record.topic}/{record.partition}@{record.offset}".encode()),
-        ]
-        # Awaiting the ack before the commit: a parked record is never lost.
-        await producer.send_and_wait(
-            self.dead_letter_topic, record.value, key=record.key, headers=headers
+        """Fail on a position past the log end, which some brokers answer with no records.
+
+        Real Kafka answers a fetch out of range with OFFSET_OUT_OF_RANGE (raised by
+        getmany); the embedded dev broker answers an empty fetch instead, so the position
+        is also compared with the high watermark the fetch reported.
+        """
+        self._checked.update(with_records)  # records were there: in range
+        for tp in consumer.assignment() - self._checked:
+            high = consumer.highwater(tp)
+            if high is None:
+                continue  # not fetched yet
+            try:
+                position = await consumer.position(tp)
+            except kafka_errors.IllegalStateError:
+                continue  # unassigned meanwhile
+            if position > high:
+                raise self._out_of_range(tp, position, f"is past the log end ({high})")
+            self._checked.add(tp)
+
+    def _out_of_range(self, tp: TopicPartition, offset: int, why: str) -> StartPointRequiredError:
+        return StartPointRequiredError(
+            self.settings.group_id,
+            tp.topic,
+            tp.partition,
+            f"the group's offset {offset} {why}; the records in between may be lost "
+            "(retention, or a recreated topic)",
         )
-        log.error(
-            "record parked on the dead-letter topic",
-            extra={
-                "topic": self.dead_letter_topic,
-                "source": f"{record.topic}/{record.partition}@{record.offset}",
-                "error": repr(exc),
-                "attempts": attempts,
-            },
-        )
-        self._count("parked")
-
-    def _count(self, result: str) -> None:
-        self.counts[result] += 1
-        self._records.add(1, {"group": self.group_id, "result": result})
 
 
-def out_of_range_error(
-    group: str, exc: kafka_errors.OffsetOutOfRangeError
-) -> StartPointRequiredError:
-    """Translate aiokafka's out-of-range fetch error (``auto_offset_reset="none"``)."""
-    (tp, offset), *_ = exc.args[0].items()
-    why = f"committed offset {offset} is no longer in the log (retention, or a recreated topic)"
-    return StartPointRequiredError(_start_point_message(group, tp, why))
+class _Handover(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Make a rebalance wait until the batch in hand is done up to its current record."""
+
+    def __init__(self, subscriber: Subscriber[M]) -> None:
+        self._sub = subscriber
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._sub._generation += 1
+        self._sub._revoking = True
+        try:
+            async with self._sub._batch_lock:  # the batch stops and commits what is done
+                pass
+        finally:
+            self._sub._revoking = False
+        for tp in revoked:
+            self._sub.metrics.lag.pop((tp.topic, tp.partition), None)
+            self._sub._next.pop(tp, None)
+        if revoked:
+            log.info("partitions revoked", extra={"partitions": _names(revoked)})
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._sub._generation += 1
+        self._sub._checked.clear()
+        log.info("partitions assigned", extra={"partitions": _names(assigned)})
 
 
-def _start_point_message(group: str, tp: TopicPartition, why: str) -> str:
-    return (
-        f"consumer group {group!r}, {tp.topic}[{tp.partition}]: {why}. The subscriber never "
-        "picks a start point by itself. Choose one and set it, with the group stopped: "
-        f"headwater offsets reset --group {group} --topic {tp.topic} "
-        "--to earliest|latest|timestamp|offset [--value V] --execute "
-        "(or pass start='earliest'/'latest' for a brand-new group)"
-    )
+def _names(tps: Iterable[TopicPartition]) -> list[str]:
+    return sorted(f"{tp.topic}[{tp.partition}]" for tp in tps)
+
+
+async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` unless ``stop`` is set first; return whether it was."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
