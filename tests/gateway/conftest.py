@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from headwater.devstack.readback import read_topic
+from headwater.gateway.config import GatewayConfig
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.topics import INGEST_TOPICS
 from tests.ingest.conftest import (  # noqa: F401  (fixtures)
     TOKENS,
     ingest_settings,
@@ -9,3 +20,50 @@ from tests.ingest.conftest import (  # noqa: F401  (fixtures)
     start_ingest,
     tokens_file,
 )
+
+CT = "application/vnd.acme.telemetry.v1+json"
+
+
+def config(target: str, **kw: Any) -> GatewayConfig:
+    """A client config for tests: gw-a's token, short deadlines and backoff."""
+    base = GatewayConfig(
+        target=target,
+        token=TOKENS["gw-a"],
+        call_timeout_s=3.0,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.5,
+    )
+    return dataclasses.replace(base, **kw)
+
+
+def in_kafka(bootstrap: str, endpoint: str, ids: set[str]) -> set[str]:
+    """Return which of ``ids`` are in the endpoint's ingest topic.
+
+    Stops as soon as all are found; otherwise reads to the end of the topic.
+    """
+    found: set[str] = set()
+    for record in read_topic(bootstrap, INGEST_TOPICS[endpoint]):
+        msg = device_message_pb2.DeviceMessage.FromString(record.value())
+        if msg.message_id in ids:
+            found.add(msg.message_id)
+            if found == ids:
+                break
+    return found
+
+
+def new_meter() -> tuple[InMemoryMetricReader, Meter]:
+    """A meter of its own, read in memory (the global provider is shared by every test)."""
+    reader = InMemoryMetricReader()
+    return reader, MeterProvider(metric_readers=[reader]).get_meter("test")
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[tuple[str, tuple[Any, ...]], Any]:
+    """Collect once: {(instrument name, sorted attributes): value (histograms: count)}."""
+    data = reader.get_metrics_data()
+    return {
+        (m.name, tuple(sorted(p.attributes.items()))): getattr(p, "value", getattr(p, "count", 0))
+        for rm in (data.resource_metrics if data else [])
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        for p in m.data.data_points
+    }

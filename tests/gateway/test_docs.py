@@ -25,11 +25,11 @@ async def test_every_python_example_runs(start_ingest, ingest_settings, tmp_path
     write_pem(tmp_path, "gateway", issue(ca_key, ca_cert, "gw-a", server=False))
     env = os.environ | {
         "SPOOL_PATH": str(tmp_path / "spool.db"),
-        "INGEST_TARGET": running.target,
-        "GATEWAY_TOKEN": TOKENS["gw-a"],
+        "HEADWATER_GATEWAY_TARGET": running.target,
+        "HEADWATER_GATEWAY_TOKEN": TOKENS["gw-a"],
     }
     blocks = python_blocks()
-    assert len(blocks) >= 2
+    assert len(blocks) == 4
     outputs = []
     for block in blocks:
         proc = await asyncio.create_subprocess_exec(
@@ -44,5 +44,11 @@ async def test_every_python_example_runs(start_ingest, ingest_settings, tmp_path
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, f"{block}\n{err.decode()[-2000:]}"
         outputs.append(out.decode())
+    use, full, from_env, _tls = outputs
     # The first example delivered its 101 messages and printed the spool's stats.
-    assert "depth=0" in outputs[0] and "'delivered': 101" in outputs[0], outputs[0]
+    assert "depth=0" in use and "'delivered': 101" in use, use
+    assert re.search(r"spooled \S+ sequence 1\n", use), use
+    # The refuse policy raised a retriable SpoolFullError and counted it.
+    assert "retriable=True" in full and "refused: 1" in full, full
+    # The config read from the environment names the target, never the token.
+    assert running.target in from_env and TOKENS["gw-a"] not in from_env, from_env

@@ -152,7 +152,7 @@ class GatewaySimulator:
         rng, mix = self._rng, self._mix
         if self._delivered and rng.random() < mix.duplicate:
             endpoint, msg = self._sent[rng.choice(self._delivered)]
-            if self._spool.enqueue_message(endpoint, msg):  # a resend, same id
+            if self._spool.enqueue_message(endpoint, msg).messages:  # a resend, same id
                 self._stats.duplicates_sent += 1
                 self._stats.sent += 1
             return
@@ -188,7 +188,7 @@ class GatewaySimulator:
         else:
             msg = self._spool.enqueue(
                 endpoint, device_id, content_type, payload, attributes=attributes
-            )
+            ).message
             if kind in ("normal", "poison", "alarm"):
                 self._sent[msg.message_id] = (endpoint, msg)
         self._enqueued_at[msg.message_id] = time.monotonic()
@@ -210,7 +210,7 @@ class GatewaySimulator:
                 self._client.notify()
                 await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
             deadline, last_acked = time.monotonic() + drain_s, -1
-            while time.monotonic() < deadline and self._spool.stats().depth:
+            while time.monotonic() < deadline and self._spool.depth:
                 acked = len(self._stats.acked)
                 if acked == last_acked:  # no progress for a second: what is left stays spooled
                     break
@@ -220,7 +220,7 @@ class GatewaySimulator:
             stop.set()
             await sender
             await self._client.close()
-            self._stats.still_spooled[self._gw.gateway_id] = self._spool.stats().depth
+            self._stats.still_spooled[self._gw.gateway_id] = self._spool.depth
             self._spool.close()
 
 

@@ -8,11 +8,17 @@ Time-ordered ids sort like the spool and the logs, and the ingest contract asks 
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 import uuid
 
 _lock = threading.Lock()
+# A generator of our own (a caller seeding the shared one must not make ids repeat),
+# seeded from os.urandom, and again in a forked child so processes never share a stream.
+_random = random.Random()
+os.register_at_fork(after_in_child=_random.seed)
+
 _last_ms = 0
 _counter = 0
 
@@ -30,9 +36,12 @@ def uuid7(now_ms: int | None = None) -> str:
         else:
             _counter = 0
         _last_ms = ms
-        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        # With the millisecond and the counter, 62 random bits make a collision between
+        # gateways negligible, at no system call per id.
+        rand_b = _random.getrandbits(62)
         value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | _counter << 64 | 0b10 << 62 | rand_b
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # what str(uuid.UUID(int=value)) gives, at a fraction of the cost
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def timestamp_ms(message_id: str) -> int:

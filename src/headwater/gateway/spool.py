@@ -4,9 +4,9 @@ SQLite in WAL mode, one file per gateway. A message is written (with its message
 per-device sequence number) before anyone tries to send it, and deleted only after its
 OK, so restarts of the gateway and outages of the link or the cloud lose nothing. The
 spool is bounded by bytes and by age; when full it either refuses new messages or drops
-the oldest, and every drop is counted in the file itself (it survives restarts too).
-A message the service rejects for good moves to the ``rejected`` table with the reason,
-instead of being retried forever.
+the oldest, and every drop is counted in the file itself (it survives restarts too) and
+reported to the caller. A message the service rejects for good moves to the ``rejected``
+table with the reason, instead of being retried forever.
 
 Blocking calls: each method is one short transaction. The async client runs them in a
 worker thread; a lock serializes them (one connection, shared by threads).
@@ -19,118 +19,38 @@ import fcntl
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
+from headwater.gateway.errors import SpoolFullError, SpoolLockedError
 from headwater.gateway.ids import uuid7
+from headwater.gateway.records import (
+    ENDPOINTS,
+    Enqueued,
+    NewMessage,
+    Pending,
+    Rejected,
+    SpoolLimits,
+    SpoolStats,
+)
+from headwater.gateway.schema import SCHEMA
 from headwater.proto.device.v1 import device_message_pb2
 
-WhenFull = Literal["refuse", "drop_oldest"]
-ENDPOINTS = ("telemetry", "alarms")
+__all__ = [
+    "ENDPOINTS",
+    "Enqueued",
+    "NewMessage",
+    "Pending",
+    "Rejected",
+    "Spool",
+    "SpoolFullError",
+    "SpoolLimits",
+    "SpoolLockedError",
+    "SpoolStats",
+]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS outbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    message_id TEXT NOT NULL UNIQUE,
-    endpoint TEXT NOT NULL,
-    envelope BLOB NOT NULL,
-    enqueued_ms INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before_ms INTEGER NOT NULL DEFAULT 0
-);
--- The sender walks an endpoint's messages in order (skipping the few not yet due);
--- an index led by not_before_ms would make every frame sort the whole backlog.
-CREATE INDEX IF NOT EXISTS outbox_order ON outbox (endpoint, seq);
-CREATE INDEX IF NOT EXISTS outbox_due ON outbox (endpoint, not_before_ms);
-CREATE INDEX IF NOT EXISTS outbox_age ON outbox (enqueued_ms);
-CREATE TABLE IF NOT EXISTS device_sequence (
-    device_id TEXT PRIMARY KEY,
-    last INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rejected (
-    message_id TEXT PRIMARY KEY,
-    endpoint TEXT NOT NULL,
-    envelope BLOB NOT NULL,
-    code TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    rejected_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
-"""
-
-
-class SpoolFullError(Exception):
-    """The spool is full and refuses new messages, or the message outsizes the spool.
-
-    Nothing was written; the caller decides what to do.
-    """
-
-
-class SpoolLockedError(Exception):
-    """Another process has this spool open: two senders would send every message twice."""
-
-
-@dataclass(frozen=True)
-class SpoolLimits:
-    """How much a spool may hold, and what happens when it is full."""
-
-    #: Bytes of envelopes waiting to be sent.
-    max_bytes: int = 256 * 1024 * 1024
-    #: Messages older than this are dropped (counted as ``expired``); 0 keeps them forever.
-    max_age_s: float = 7 * 24 * 3600
-    #: "refuse": ``enqueue`` raises SpoolFullError; "drop_oldest": the oldest make room.
-    when_full: WhenFull = "drop_oldest"
-
-
-@dataclass(frozen=True)
-class NewMessage:
-    """A device reading to spool; the spool assigns its message id and sequence."""
-
-    device_id: str
-    content_type: str
-    payload: bytes
-    #: When the device produced it (ms since the epoch); default: when it is spooled.
-    device_time_ms: int | None = None
-    attributes: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A spooled message due for sending."""
-
-    seq: int
-    message_id: str
-    endpoint: str
-    envelope: bytes
-    attempts: int
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A message the ingest service refused for good, and why."""
-
-    message_id: str
-    endpoint: str
-    envelope: bytes
-    code: str
-    reason: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class SpoolStats:
-    """Depth, size, age of the oldest message, and what happened so far (all time)."""
-
-    depth: int
-    bytes: int
-    oldest_age_s: float
-    counters: Mapping[str, int]
+_COLUMNS = "seq, message_id, endpoint, envelope, attempts"
 
 
 class Spool:
@@ -158,16 +78,28 @@ class Spool:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             self._lock_file.close()
-            raise SpoolLockedError(
-                f"spool {self.path} is open in another process; run one sender per spool"
-            ) from exc
+            raise SpoolLockedError(self.path) from exc
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._synchronous = synchronous
         self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         self._mutex = threading.Lock()
-        row = self._db.execute("SELECT COALESCE(SUM(LENGTH(envelope)), 0) FROM outbox").fetchone()
-        self._bytes = int(row[0])
+        # Kept in memory so limits and gauges need no scan of the outbox.
+        depth, size = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(envelope)), 0) FROM outbox"
+        ).fetchone()
+        self._depth, self._bytes = int(depth), int(size)
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting, from memory: no I/O, safe to read on the event loop."""
+        return self._depth
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._lock_file.closed
 
     def close(self) -> None:
         """Close the file and release the lock (idempotent)."""
@@ -193,144 +125,211 @@ class Spool:
         payload: bytes,
         device_time_ms: int | None = None,
         attributes: Mapping[str, str] | None = None,
-    ) -> device_message_pb2.DeviceMessage:
-        """Spool a new device message; return it, with the id and sequence it was given.
+    ) -> Enqueued:
+        """Spool a new device message; ``.message`` is it, with its id and sequence.
 
         The message id (UUIDv7) and the device's next sequence number are assigned here,
         in the same transaction that stores the message, so a resend after a restart
         carries the same id and sequence.
+
+        Raises:
+            SpoolFullError: policy ``refuse`` and no room, or the message outsizes the spool.
         """
         new = NewMessage(device_id, content_type, payload, device_time_ms, attributes)
-        return self.enqueue_many(endpoint, [new])[0]
+        return self.enqueue_many(endpoint, [new])
 
-    def enqueue_many(
-        self, endpoint: str, messages: Iterable[NewMessage]
-    ) -> list[device_message_pb2.DeviceMessage]:
+    def enqueue_many(self, endpoint: str, messages: Iterable[NewMessage]) -> Enqueued:
         """Spool several messages in one transaction (one fsync): all or none.
 
         What :meth:`enqueue` does, for gateways with high rates: a commit per message
         costs a disk flush each (docs/benchmarks.md, gateway spool).
         """
+        batch = list(messages)
+        _check_endpoint(endpoint)
         now = _now_ms()
-        spooled = []
-        with self._refusals_counted(), self._mutex, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._expire(now)
-            for new in messages:
-                (sequence,) = self._db.execute(
-                    "INSERT INTO device_sequence (device_id, last) VALUES (?, 1) "
-                    "ON CONFLICT (device_id) DO UPDATE SET last = last + 1 RETURNING last",
-                    (new.device_id,),
-                ).fetchone()
-                msg = device_message_pb2.DeviceMessage(
-                    message_id=uuid7(now),
-                    device_id=new.device_id,
-                    sequence=sequence,
-                    content_type=new.content_type,
-                    payload=new.payload,
-                    attributes=dict(new.attributes or {}),
-                )
-                msg.device_time.FromMilliseconds(
-                    now if new.device_time_ms is None else new.device_time_ms
-                )
-                self._insert(endpoint, msg.message_id, msg.SerializeToString(), now)
-                spooled.append(msg)
-        return spooled
+        with self._transaction(len(batch)) as dropped:
+            expired = self._expire(now)
+            sequences = self._next_sequences([new.device_id for new in batch])
+            spooled = tuple(
+                _build(new, uuid7(now), sequence, now)
+                for new, sequence in zip(batch, sequences, strict=True)
+            )
+            rows = [(m.message_id, endpoint, m.SerializeToString(), now) for m in spooled]
+            self._insert_all(rows, dropped)
+        return Enqueued(spooled, tuple(dropped), expired)
 
-    def enqueue_message(self, endpoint: str, message: device_message_pb2.DeviceMessage) -> bool:
-        """Spool a message that already has its id and sequence; False if it is pending.
+    def _next_sequences(self, device_ids: list[str]) -> list[int]:
+        """Take the next sequence numbers, in order: one upsert per device, not per message."""
+        counts: dict[str, int] = {}
+        for device_id in device_ids:
+            counts[device_id] = counts.get(device_id, 0) + 1
+        following: dict[str, int] = {}
+        for device_id, n in counts.items():
+            (last,) = self._db.execute(
+                "INSERT INTO device_sequence (device_id, last) VALUES (?, ?) "
+                "ON CONFLICT (device_id) DO UPDATE SET last = last + excluded.last "
+                "RETURNING last",
+                (device_id, n),
+            ).fetchone()
+            following[device_id] = last - n + 1
+        sequences = []
+        for device_id in device_ids:
+            sequences.append(following[device_id])
+            following[device_id] += 1
+        return sequences
+
+    def enqueue_message(self, endpoint: str, message: device_message_pb2.DeviceMessage) -> Enqueued:
+        """Spool a message that already has its id and sequence, as it is.
 
         For resends and replays from another store: nothing is assigned, and a message
-        whose id is still waiting in the spool is not spooled twice.
+        whose id is still waiting in the spool is not spooled twice (then ``messages`` is
+        empty).
         """
+        _check_endpoint(endpoint)
         now = _now_ms()
-        with self._refusals_counted(), self._mutex, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._expire(now)
+        with self._transaction(1) as dropped:
+            expired = self._expire(now)
             pending = self._db.execute(
                 "SELECT 1 FROM outbox WHERE message_id = ?", (message.message_id,)
             ).fetchone()
-            if pending:
-                return False
-            self._insert(endpoint, message.message_id, message.SerializeToString(), now)
-        return True
-
-    def _insert(self, endpoint: str, message_id: str, envelope: bytes, now: int) -> None:
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"unknown endpoint {endpoint!r}; one of {', '.join(ENDPOINTS)}")
-        size = len(envelope)
-        if size > self.limits.max_bytes:
-            raise SpoolFullError(
-                f"message of {size} bytes is larger than the whole spool "
-                f"({self.limits.max_bytes} bytes)"
-            )
-        if self._bytes + size > self.limits.max_bytes:
-            if self.limits.when_full == "refuse":
-                raise SpoolFullError(
-                    f"spool {self.path} is full ({self._bytes} of {self.limits.max_bytes} "
-                    "bytes); the link or the ingest service has been down for a while"
-                )
-            self._drop_oldest(self._bytes + size - self.limits.max_bytes)
-        self._db.execute(
-            "INSERT INTO outbox (message_id, endpoint, envelope, enqueued_ms) VALUES (?, ?, ?, ?)",
-            (message_id, endpoint, envelope, now),
-        )
-        self._bytes += size
+            if not pending:
+                row = (message.message_id, endpoint, message.SerializeToString(), now)
+                self._insert_all([row], dropped)
+        return Enqueued(() if pending else (message,), tuple(dropped), expired)
 
     @contextlib.contextmanager
-    def _refusals_counted(self) -> Iterator[None]:
-        # The refused write is rolled back; its count is committed on its own.
+    def _transaction(self, messages: int) -> Iterator[list[str]]:
+        """One write transaction; yields the list that collects ids dropped for room.
+
+        On any error the transaction and the in-memory totals roll back; a refusal is
+        then counted on its own (``refused``, per message).
+        """
         try:
-            yield
+            with self._mutex:
+                depth, size = self._depth, self._bytes
+                try:
+                    with self._db:
+                        self._db.execute("BEGIN IMMEDIATE")
+                        dropped: list[str] = []
+                        yield dropped
+                except BaseException:
+                    self._depth, self._bytes = depth, size
+                    raise
         except SpoolFullError:
             with self._mutex, self._db:
-                self._count("refused")
+                self._count("refused", messages)
             raise
 
-    def _expire(self, now: int) -> None:
+    def _insert_all(self, rows: list[tuple[str, str, bytes, int]], dropped: list[str]) -> None:
+        """Insert (message_id, endpoint, envelope, enqueued_ms) rows, making room by policy."""
+        limit = self.limits.max_bytes
+        sizes = [len(row[2]) for row in rows]
+        total = sum(sizes)
+        for size in sizes:
+            if size > limit:
+                raise SpoolFullError(self.path, self._bytes, limit, size)
+        if self._bytes + total > limit:
+            if self.limits.when_full == "refuse":
+                raise SpoolFullError(self.path, self._bytes, limit, total)
+            if total > limit:  # the batch pushes out its own first messages: one at a time
+                for row in rows:
+                    self._insert_all([row], dropped)
+                return
+            self._drop_oldest(self._bytes + total - limit, dropped)
+        self._db.executemany(
+            "INSERT INTO outbox (message_id, endpoint, envelope, enqueued_ms) VALUES (?, ?, ?, ?)",
+            rows,
+        )
+        self._depth += len(rows)
+        self._bytes += total
+
+    def _expire(self, now: int) -> int:
         if not self.limits.max_age_s:
-            return
+            return 0
         cutoff = now - int(self.limits.max_age_s * 1000)
         rows = self._db.execute(
             "DELETE FROM outbox WHERE enqueued_ms < ? RETURNING LENGTH(envelope)", (cutoff,)
         ).fetchall()
         if rows:
-            self._bytes -= sum(r[0] for r in rows)
+            self._forget(rows)
             self._count("expired", len(rows))
+        return len(rows)
 
-    def _drop_oldest(self, need: int) -> None:
-        freed, dropped = 0, 0
-        for seq, size in self._db.execute(
-            "SELECT seq, LENGTH(envelope) FROM outbox ORDER BY seq"
-        ).fetchall():
-            if freed >= need:
+    def _drop_oldest(self, need: int, dropped: list[str]) -> None:
+        freed, count = 0, 0
+        while freed < need:
+            oldest = self._db.execute(
+                "SELECT seq, message_id, LENGTH(envelope) FROM outbox ORDER BY seq LIMIT 64"
+            ).fetchall()
+            if not oldest:
                 break
-            self._db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
-            freed, dropped = freed + size, dropped + 1
+            for seq, message_id, size in oldest:
+                if freed >= need:
+                    break
+                self._db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+                freed, count = freed + size, count + 1
+                dropped.append(message_id)
+        self._depth -= count
         self._bytes -= freed
-        self._count("dropped_oldest", dropped)
+        self._count("dropped_oldest", count)
+
+    def _forget(self, rows: list[tuple[int]]) -> None:
+        """Take deleted rows (their ``LENGTH(envelope)``) off the in-memory totals."""
+        self._depth -= len(rows)
+        self._bytes -= sum(r[0] for r in rows)
 
     def _count(self, name: str, n: int = 1) -> None:
-        self._db.execute(
-            "INSERT INTO counters (name, value) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-            (name, n),
-        )
+        if n:
+            self._db.execute(
+                "INSERT INTO counters (name, value) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                (name, n),
+            )
 
     # --- the sender's side --------------------------------------------------------------
 
-    def due(self, endpoint: str, limit: int, after_seq: int = 0) -> list[Pending]:
-        """Return up to ``limit`` messages of ``endpoint`` due now, oldest first.
+    def due(
+        self,
+        endpoint: str,
+        limit: int,
+        after_seq: int = 0,
+        max_bytes: int | None = None,
+        skip: Collection[int] = (),
+    ) -> list[Pending]:
+        """Return messages of ``endpoint`` due now, oldest first: a frame's worth.
 
-        Only those past ``after_seq``: the sender's cursor, which skips what it has in flight.
+        Args:
+            endpoint: "telemetry" or "alarms".
+            limit: at most this many.
+            after_seq: the sender's cursor: messages at or below it were sent on this
+                stream already, so only those among them that wait for a retry are due.
+            max_bytes: at most this many envelope bytes (but always at least one message).
+            skip: seqs of retried messages already in flight again.
         """
+        now = _now_ms()
         with self._mutex:
-            rows = self._db.execute(
-                "SELECT seq, message_id, endpoint, envelope, attempts FROM outbox "
-                "WHERE endpoint = ? AND seq > ? AND not_before_ms <= ? ORDER BY seq LIMIT ?",
-                (endpoint, after_seq, _now_ms(), limit),
-            ).fetchall()
-        return [Pending(*row) for row in rows]
+            rows = []
+            if after_seq:
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND attempts > 0 "
+                    "AND seq <= ? AND not_before_ms <= ? ORDER BY seq LIMIT ?",
+                    (endpoint, after_seq, now, limit + len(skip)),
+                ).fetchall()
+                rows = [r for r in rows if r[0] not in skip][:limit]
+            if len(rows) < limit:
+                rows += self._db.execute(
+                    f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND seq > ? "
+                    "AND not_before_ms <= ? ORDER BY seq LIMIT ?",
+                    (endpoint, after_seq, now, limit - len(rows)),
+                ).fetchall()
+        frame: list[Pending] = []
+        size = 0
+        for row in rows:
+            size += len(row[3])
+            if frame and max_bytes is not None and size > max_bytes:
+                break
+            frame.append(Pending(*row))
+        return frame
 
     def next_due_in_s(self, endpoint: str) -> float | None:
         """Return seconds until the next message of ``endpoint`` is due; None if none."""
@@ -340,37 +339,54 @@ class Spool:
             ).fetchone()
         return None if not_before is None else max(0.0, (not_before - _now_ms()) / 1000)
 
+    @contextlib.contextmanager
+    def _bookkeeping(self) -> Iterator[None]:
+        """A transaction that records what happened to spooled messages, without a flush.
+
+        Losing it to a power cut only means resending (same id, dropped by the enricher)
+        or trying once more; the next enqueue's flush makes it durable anyway. On gateway
+        storage (SD cards, eMMC) a flush per answered frame would cost more than sending.
+        """
+        with self._mutex:
+            relax = self._synchronous == "FULL"
+            if relax:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._db:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    yield
+            finally:
+                if relax:
+                    self._db.execute("PRAGMA synchronous=FULL")
+
     def delivered(self, seqs: list[int]) -> None:
         """Delete messages the ingest service answered OK for."""
         if not seqs:
             return
-        with self._mutex, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._bookkeeping():
             rows = self._db.execute(
                 f"DELETE FROM outbox WHERE seq IN ({','.join('?' * len(seqs))}) "
                 "RETURNING LENGTH(envelope)",
                 seqs,
             ).fetchall()
-            self._bytes -= sum(r[0] for r in rows)
+            self._forget(rows)
             self._count("delivered", len(rows))
 
     def retry_later(self, seqs: list[int], delay_s: float) -> None:
         """Keep messages for another attempt, not before ``delay_s`` from now."""
         if not seqs:
             return
-        with self._mutex, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute(
+        with self._bookkeeping():
+            updated = self._db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, not_before_ms = ? "
                 f"WHERE seq IN ({','.join('?' * len(seqs))})",
                 [_now_ms() + int(delay_s * 1000), *seqs],
-            )
-            self._count("retried", len(seqs))
+            ).rowcount
+            self._count("retried", updated)
 
     def reject(self, seq: int, code: str, reason: str, detail: str) -> None:
         """Move a message the service refused for good to the rejected table."""
-        with self._mutex, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._bookkeeping():
             row = self._db.execute(
                 "DELETE FROM outbox WHERE seq = ? RETURNING message_id, endpoint, envelope",
                 (seq,),
@@ -381,7 +397,7 @@ class Spool:
                 "INSERT OR REPLACE INTO rejected VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*row, code, reason, detail, _now_ms()),
             )
-            self._bytes -= len(row[2])
+            self._forget([(len(row[2]),)])
             self._count("rejected")
 
     # --- reading --------------------------------------------------------------------
@@ -398,12 +414,32 @@ class Spool:
     def stats(self) -> SpoolStats:
         """Return depth, bytes, the oldest message's age and the counters."""
         with self._mutex:
-            depth, oldest = self._db.execute(
-                "SELECT COUNT(*), MIN(enqueued_ms) FROM outbox"
-            ).fetchone()
+            (oldest,) = self._db.execute("SELECT MIN(enqueued_ms) FROM outbox").fetchone()
             counters = dict(self._db.execute("SELECT name, value FROM counters").fetchall())
+            depth, size = self._depth, self._bytes
         age = 0.0 if oldest is None else (_now_ms() - oldest) / 1000
-        return SpoolStats(depth, self._bytes, age, counters)
+        return SpoolStats(depth, size, age, counters)
+
+
+def _check_endpoint(endpoint: str) -> None:
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; one of {', '.join(ENDPOINTS)}")
+
+
+def _build(
+    new: NewMessage, message_id: str, sequence: int, now: int
+) -> device_message_pb2.DeviceMessage:
+    msg = device_message_pb2.DeviceMessage(
+        message_id=message_id,
+        device_id=new.device_id,
+        sequence=sequence,
+        content_type=new.content_type,
+        payload=new.payload,
+    )
+    if new.attributes:
+        msg.attributes.update(new.attributes)
+    msg.device_time.FromMilliseconds(now if new.device_time_ms is None else new.device_time_ms)
+    return msg
 
 
 def _now_ms() -> int:
