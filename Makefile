@@ -3,9 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The JVM parts (Apache Kafka for the dev stack and tests, Spark's Kafka connector), pinned
+# in jvm/*/pom.xml and copied from Maven Central once; runs after that work offline.
+JARS   := $(VENV)/jvm
+JVM_STAMP := $(JARS)/.installed-stamp
+MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test lint protos descriptors bench clean
+.PHONY: install run test lint protos descriptors baseline bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,12 +18,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install Headwater with its dev tools
+$(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml | $(STAMP)
+	@command -v java >/dev/null || { echo "Java 17 is required (Apache Kafka, Spark)" >&2; exit 1; }
+	@command -v $(MVN) >/dev/null || { echo "Maven (mvn) is required to fetch the Kafka and Spark jars" >&2; exit 1; }
+	rm -rf $(JARS)
+	for pom in jvm/*/pom.xml; do \
+	  name=$$(basename $$(dirname $$pom)); \
+	  $(MVN) -q -B -ntp -f $$pom dependency:copy-dependencies -Djars.dir=$(abspath $(JARS))/$$name || exit 1; \
+	done
+	touch $(JVM_STAMP)
 
-run: $(STAMP) ## the whole pipeline on the embedded broker with a simulated fleet
+install: $(STAMP) $(JVM_STAMP) ## create .venv, install Headwater with its dev tools and the jars
+
+run: $(STAMP) $(JVM_STAMP) ## the whole pipeline on the embedded broker with a simulated fleet
 	$(BIN)/headwater devstack run $(ARGS)
 
-test: $(STAMP) ## the whole test suite against a real broker and a local Spark
+test: $(STAMP) $(JVM_STAMP) ## the whole test suite against a real broker and a local Spark
 	$(BIN)/pytest $(ARGS)
 
 lint: $(STAMP) ## ruff, formatting, buf lint and mypy
@@ -34,7 +49,10 @@ descriptors: $(STAMP) ## dist/headwater.binpb: the descriptor set, to decode eve
 	mkdir -p dist
 	$(BIN)/python -c "import sys; from headwater.contracts import descriptor_set; sys.stdout.buffer.write(descriptor_set())" > dist/headwater.binpb
 
-bench: $(STAMP) ## the ingest benchmark (numbers go to docs/benchmarks.md)
+baseline: $(STAMP) ## move the contract baseline to proto/ as it is now (on a release only)
+	$(BIN)/buf build --exclude-source-info -o proto/baseline/headwater-v1.binpb
+
+bench: $(STAMP) $(JVM_STAMP) ## the ingest benchmark (numbers go to docs/benchmarks.md)
 	$(BIN)/headwater bench ingest $(ARGS)
 
 clean:

@@ -13,10 +13,9 @@ crash between the two layers cannot count a completion twice.
 Runs until SIGTERM or Ctrl-C (finishing the record in hand, committing, leaving the
 group), then prints the subscriber's counts as JSON. Kafka connection and security come
 from HEADWATER_KAFKA_* (--bootstrap-servers overrides the address), the other subscriber
-settings from HEADWATER_SUBSCRIBER_* (docs/subscribe.md); on the embedded dev
-broker set HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false (it rejects aiokafka's idempotent
-producer). --start is for the first run of a new group only: without it a group with no
-committed offset stops and says how to choose one.
+settings from HEADWATER_SUBSCRIBER_* (docs/subscribe.md). --start is for the first run of
+a new group only: without it a group with no committed offset stops and says how to
+choose one.
 """
 
 from __future__ import annotations

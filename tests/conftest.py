@@ -1,4 +1,4 @@
-"""Session-wide real parts: one embedded Kafka-protocol broker for the whole test run."""
+"""Session-wide real parts: one Apache Kafka broker (KRaft, on loopback) for the whole run."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from headwater.topics import TopicSpec
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap servers of a real broker: HEADWATER_TEST_KAFKA, or an embedded Tansu."""
+    """Bootstrap servers of a real broker: HEADWATER_TEST_KAFKA, or the embedded Apache Kafka."""
     external = os.environ.get("HEADWATER_TEST_KAFKA")
     if external:
         yield external
         return
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    log = tmp_path_factory.mktemp("broker") / "server.log"
     with EmbeddedBroker(log_path=log) as broker:
         yield broker.bootstrap_servers
 

@@ -36,7 +36,7 @@ from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import TopicSpec
+from headwater.topics import TopicSpec, scoped_key
 
 ACME = "application/vnd.acme.telemetry.v1+json"
 
@@ -71,7 +71,8 @@ def _record(
     return device.encode(), dm.SerializeToString(), headers
 
 
-def _fill(bootstrap: str, topic: str, n: int, devices: int, run: str) -> None:
+def fill_backlog(bootstrap: str, topic: str, n: int, devices: int, run: str) -> None:
+    """Produce ``n`` telemetry records of ``devices`` devices to ``topic`` (acks=all)."""
     p = _producer(bootstrap)
     now = int(time.time() * 1000)
     for i in range(n):
@@ -89,8 +90,11 @@ def _masters(bootstrap: str, topic: str, devices: int) -> None:
     p = _producer(bootstrap)
     for d in range(devices):
         dev = f"dev-{d:05d}"
-        m = device_master_pb2.DeviceMaster(device_id=dev, site="plant-1", area_code=f"A{d % 10}")
-        p.produce(topic, key=dev.encode(), value=m.SerializeToString())
+        m = device_master_pb2.DeviceMaster(
+            device_id=dev, site="plant-1", area_code=f"A{d % 10}", tenant="bench"
+        )
+        # Master data is per tenant (the tenant of _record).
+        p.produce(topic, key=scoped_key("bench", dev).encode(), value=m.SerializeToString())
         p.poll(0)
     p.flush(120)
 
@@ -166,7 +170,7 @@ def bench_fleet(
     ensure_topics(bootstrap, [TopicSpec(t, 4, 1, {}) for t in names])
     _masters(bootstrap, topics.master, devices)
     run = uuid.uuid4().hex[:6]
-    _fill(bootstrap, topics.ingest[0], n, devices, run)
+    fill_backlog(bootstrap, topics.ingest[0], n, devices, run)
     ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
 
     settings = EnricherSettings(

@@ -16,7 +16,6 @@ from typing import Any
 _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--checkpoint-location", "checkpoint_location", str, "HEADWATER_ENRICHER_CHECKPOINT_LOCATION"),
     ("--starting-offsets", "starting_offsets", str, "HEADWATER_ENRICHER_STARTING_OFFSETS"),
-    ("--kafka-io", "kafka_io", str, "HEADWATER_ENRICHER_KAFKA_IO"),
     (
         "--max-records-per-trigger",
         "max_records_per_trigger",

@@ -16,6 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from headwater import record_headers as rh
+from headwater.enricher.arrowsafe import record_batch
 from headwater.enricher.schema import DECODED_FIELDS, field_names
 from headwater.enricher.schema import struct as _struct
 from headwater.proto.device.v1 import device_message_pb2
@@ -54,6 +55,8 @@ def decode_record(
     if topic == master_topic:
         out["kind"] = "master"
         out["master_deleted"] = not value
+        # The key names the scope: "<tenant>/<device_id>", or a legacy "<device_id>".
+        out["tenant"], _, out["device_key"] = out["device_key"].rpartition("/")
         if value:
             try:
                 m = device_master_pb2.DeviceMaster.FromString(value)
@@ -77,10 +80,9 @@ def decode_record(
     except Exception as exc:
         _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
         return out
-    if not msg.message_id or not msg.device_id or not msg.content_type:
-        _error(
-            out, "decode", "ENVELOPE_INVALID", "message_id, device_id and content_type are required"
-        )
+    problem = envelope_problem(msg)
+    if problem:
+        _error(out, "decode", "ENVELOPE_INVALID", problem)
         return out
     out |= {
         "message_id": msg.message_id,
@@ -92,6 +94,27 @@ def decode_record(
         "payload": msg.payload,
     }
     return out
+
+
+#: The largest value of the ``long`` columns (``sequence``).
+MAX_LONG = 2**63 - 1
+
+
+def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
+    """Return why ``msg`` cannot become a decoded row ("" when it can).
+
+    Ingest refuses all of these; the enricher checks again because the topic may hold
+    records written before those checks, or by another producer, and one such record
+    must not stop the query.
+    """
+    if not msg.message_id or not msg.device_id or not msg.content_type:
+        return "message_id, device_id and content_type are required"
+    if msg.sequence > MAX_LONG:
+        return f"sequence {msg.sequence} does not fit a signed 64-bit integer"
+    ts = msg.device_time
+    if not 0 <= ts.nanos <= 999_999_999 or not -62135596800 <= ts.seconds <= 253402300799:
+        return f"device_time is not a valid Timestamp (seconds={ts.seconds}, nanos={ts.nanos})"
+    return ""
 
 
 def decode(df: DataFrame, master_topic: str) -> DataFrame:
@@ -126,7 +149,7 @@ def decode(df: DataFrame, master_topic: str) -> DataFrame:
                     cols["src_topic"], cols["key"], cols["value"], cols["headers"], strict=True
                 )
             ]
-            new = pa.RecordBatch.from_pylist(rows, schema=pa.schema(list(arrow)[5:]))
+            new = record_batch(rows, pa.schema(list(arrow)[5:]))  # bad rows -> errors
             yield pa.RecordBatch.from_arrays(b.columns[:5] + new.columns, schema=arrow)
 
     return src.mapInArrow(run, out_schema)

@@ -6,19 +6,26 @@ the partition; this module holds the pure part, testable without Spark state.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
 from headwater.proto.events.v1 import event_pb2
 
-#: Fixed namespace of event ids: uuid5(namespace, "<message_id>/<index>") is stable on replay.
+#: Fixed namespace of event ids: uuid5(namespace, name) is stable on replay.
 EVENT_ID_NAMESPACE = uuid.UUID("5b0e3d0c-8f4b-5a3e-9c52-6865616477a1")
 
 
-def event_id(message_id: str, index: int) -> str:
-    """Return the deterministic id of event ``index`` of ``message_id`` (UUIDv5)."""
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{message_id}/{index}"))
+def event_id(tenant: str, device_id: str, message_id: str, index: int) -> str:
+    """Return the deterministic id of event ``index`` of a message (UUIDv5).
+
+    Message ids are unique per tenant and device only (two devices counting 1, 2, 3 are
+    fine), so the id is derived from all three. The name is JSON so that no choice of
+    the parts can collide with another's ("a/b" + "c" versus "a" + "b/c").
+    """
+    name = json.dumps([tenant, device_id, message_id, index], separators=(",", ":"))
+    return str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
 
 
 def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[event_pb2.Event]:
@@ -33,7 +40,7 @@ def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[even
         ever yields several.
     """
     ev = event_pb2.Event(
-        event_id=event_id(msg["message_id"], 0),
+        event_id=event_id(msg["tenant"] or "", msg["device_id"], msg["message_id"], 0),
         message_id=msg["message_id"],
         device_id=msg["device_id"],
         event_type=msg["event_type"],
@@ -47,7 +54,9 @@ def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[even
     ev.device_time.FromMilliseconds(msg["device_time_ms"] or 0)
     ev.received_time.FromMilliseconds(msg["received_ms"] or 0)
     for m in msg["measurements"] or []:
-        ev.measurements.add(name=m["name"], value=m["value"], unit=m["unit"])
+        added = ev.measurements.add(name=m["name"], value=m["value"], unit=m["unit"])
+        if m["time_ms"] is not None:  # formats that time each reading (Sparkplug B, OPC UA)
+            added.time.FromMilliseconds(m["time_ms"])
     if msg["alarm_code"]:
         ev.alarm.code = msg["alarm_code"]
         ev.alarm.severity = cast("event_pb2.Severity", msg["alarm_severity"] or 0)

@@ -6,6 +6,8 @@ and the state of the log, and they stop the query on purpose.
 
 from __future__ import annotations
 
+import re
+
 
 class EnricherError(Exception):
     """Root of every error the enricher raises."""
@@ -26,36 +28,54 @@ class StartingOffsetsRequiredError(EnricherError):
         self.checkpoint_location = checkpoint_location
 
 
-class OffsetGapError(EnricherError):
-    """The checkpointed offsets no longer match the log: data was deleted or the topic replaced.
+def recovery_advice(topic: str, partition: int | str) -> str:
+    """Return what an operator can do when the log lost offsets the checkpoint needs."""
+    return (
+        "Nothing was skipped. To go on, a person decides: replay the lost data from its "
+        "source into the ingest topic, or skip the gap: stop the enricher, run `headwater "
+        f"offsets checkpoint set-start --topic {topic} --partition {partition} --log-start` "
+        "(a dry run; add --execute), and start it again. A new checkpoint location with "
+        "HEADWATER_ENRICHER_STARTING_OFFSETS=earliest (or latest) starts over instead"
+    )
 
-    The query stops instead of skipping or resetting, so nothing is lost silently.
-    """
 
-    def __init__(
-        self, topic: str, partition: int, wanted: int, low: int, high: int, kind: str
-    ) -> None:
-        if kind == "deleted":
+#: How Spark's Kafka source names the partition whose offsets are gone: deleted under the
+#: query (retention, delete-records), or a log that now ends before the checkpoint.
+_DELETED = re.compile(r"offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)")
+_CHANGED = re.compile(r"Partition (\S+)-(\d+)(?:'s)? offset was changed from (\d+) to (\d+)")
+
+
+class DataLossError(EnricherError):
+    """The log no longer holds offsets the checkpoint needs; the query stopped, skipping none."""
+
+    def __init__(self, spark_message: str) -> None:
+        deleted, changed = _DELETED.search(spark_message), _CHANGED.search(spark_message)
+        if deleted:
+            first, end, topic, partition = deleted.groups()
             what = (
-                f"offsets {wanted}..{low - 1} of {topic}[{partition}] were deleted (retention "
-                f"or delete-records) before the enricher read them; the log now starts at {low}"
+                f"offsets {first}..{int(end) - 1} of {topic}[{partition}] are no longer in "
+                "Kafka (retention or delete-records) and the enricher had not read them"
+            )
+        elif changed:
+            topic, partition, was, now = changed.groups()
+            what = (
+                f"the checkpoint expects {topic}[{partition}] to hold offset {was}, but the "
+                f"log now ends at {now}: the topic was recreated or truncated"
             )
         else:
-            what = (
-                f"the checkpoint expects {topic}[{partition}] to hold offset {wanted}, but the "
-                f"log ends at {high}: the topic was recreated or truncated"
-            )
-        super().__init__(
-            f"{what}. Nothing was skipped. To go on, a person decides: replay the lost data "
-            "from its source into the ingest topic, or accept the loss by starting a new "
-            "checkpoint location with HEADWATER_ENRICHER_STARTING_OFFSETS=earliest (or latest)"
-        )
+            topic, partition = "<topic>", "<partition>"
+            what = "Spark's Kafka source found data of the checkpoint missing from Kafka"
+        super().__init__(f"{what}. {recovery_advice(topic, partition)}")
         self.topic = topic
         self.partition = partition
-        self.wanted = wanted
-        self.low = low
-        self.high = high
-        self.kind = kind
+
+
+def explain_failure(message: str) -> str:
+    """Return an operator's one-paragraph account of a stopped query's error text."""
+    if "Some data may have been lost" in message or "KAFKA_DATA_LOSS" in message:
+        return str(DataLossError(message))
+    # Spark appends the query's plan and a JVM stack; the first part says what happened.
+    return message.split("=== Streaming Query ===")[0].split("\n\tat ")[0].strip()
 
 
 class KafkaDeliveryError(EnricherError):
@@ -67,15 +87,3 @@ class KafkaDeliveryError(EnricherError):
         super().__init__(f"{failures} record(s) not acknowledged by the broker: {first_error}")
         self.failures = failures
         self.first_error = first_error
-
-
-class PartitionStalledError(EnricherError):
-    """A partition did not deliver the planned offset range in time."""
-
-    retriable = True
-
-    def __init__(self, topic: str, partition: int, position: int, end: int) -> None:
-        super().__init__(
-            f"{topic}[{partition}] stopped at offset {position} before the planned end {end}; "
-            "is the broker reachable?"
-        )

@@ -11,14 +11,16 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from headwater import jvm
 from headwater.enricher.decode import decode
 from headwater.enricher.errors import StartingOffsetsRequiredError
-from headwater.enricher.kafka_source import PRODUCER_ONLY, KafkaDataSource
+from headwater.enricher.kafka_sink import KafkaSinkDataSource
 from headwater.enricher.normalize import normalize
 from headwater.enricher.settings import EnricherSettings
 from headwater.enricher.state import Policy, process_devices
@@ -32,29 +34,41 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
     # Python workers must run this interpreter, the one with headwater installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    submitted = SparkConf().contains("spark.master")  # by spark-submit or the operator
     if settings.spark_master:
         builder = builder.master(settings.spark_master)
-    elif not SparkConf().contains("spark.master"):
-        builder = builder.master("local[*]")  # run directly, not by spark-submit/operator
+    elif not submitted:
+        builder = builder.master("local[*]")
+    if not submitted:
+        # The image has the connector on Spark's classpath; a direct run takes the jars
+        # `make install` copied.
+        builder = builder.config("spark.jars", connector_jars())
     spark = (
         builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        # Operators read JSON logs; progress bars on stderr only garble them.
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     register_sources(spark)
     return spark
 
 
+def connector_jars() -> str:
+    """Return ``spark.jars`` for Spark's Kafka connector from the local jar folder."""
+    return ",".join(str(p) for p in jvm.jars(jvm.SPARK_KAFKA))
+
+
 def register_sources(spark: SparkSession) -> None:
-    """Register the "headwater-kafka" Python data source with ``spark``."""
-    spark.dataSource.register(KafkaDataSource)
+    """Register the "headwater-kafka" sink (a Python data source) with ``spark``."""
+    spark.dataSource.register(KafkaSinkDataSource)
 
 
 def kafka_options(settings: EnricherSettings) -> dict[str, str]:
     """Return the ``kafka.*`` client options shared by the source and the sink."""
     conf = settings.kafka.confluent_config() | {
-        "enable.idempotence": settings.kafka.enable_idempotence,
+        "enable.idempotence": True,
         "linger.ms": settings.kafka.linger_ms,
         "compression.type": settings.kafka.compression_type,
     }
@@ -73,26 +87,49 @@ def checkpoint_exists(spark: SparkSession, location: str) -> bool:
 
 
 def read_ingest(spark: SparkSession, settings: EnricherSettings) -> DataFrame:
-    """Return the raw stream of the ingest and master-data topics (Kafka source columns)."""
-    topics = ",".join([*settings.topics.ingest, settings.topics.master])
+    """Return the raw stream of the ingest and master-data topics (Kafka source columns).
+
+    Two sources in one query: the ingest topics, throttled by ``maxOffsetsPerTrigger``,
+    from the starting offsets a person chose (or the checkpoint); and the compacted
+    master-data topic, unthrottled and from its beginning whenever a checkpoint is new, so
+    a device's master record is never queued behind a backlog of its own messages (which
+    would park, then dead-letter, good data).
+    """
     starting = settings.starting_offsets
     if not starting and not checkpoint_exists(spark, settings.checkpoint_location):
         raise StartingOffsetsRequiredError(settings.checkpoint_location)
-    options = kafka_options(settings) | {
-        "subscribe": topics,
-        "startingOffsets": starting or "earliest",  # ignored when the checkpoint exists
-        "maxOffsetsPerTrigger": str(settings.max_records_per_trigger),
-    }
-    if settings.kafka_io == "jvm":
-        # Spark's own connector (spark-sql-kafka-0-10 on the classpath): same columns.
-        # Java client names differ from librdkafka's; pass only what both understand.
-        options = {
-            k: v for k, v in options.items() if k.removeprefix("kafka.") not in PRODUCER_ONLY
-        }
-        options |= {"includeHeaders": "true", "failOnDataLoss": "true"}
-        return spark.readStream.format("kafka").options(**options).load()
-    options["endOffsets"] = settings.end_offsets
-    return spark.readStream.format("headwater-kafka").options(**options).load()
+    ingest = kafka_stream(
+        spark,
+        settings,
+        settings.topics.ingest,
+        {
+            "startingOffsets": starting or "earliest",
+            "maxOffsetsPerTrigger": str(settings.max_records_per_trigger),
+        },
+    )
+    master = kafka_stream(
+        spark, settings, [settings.topics.master], {"startingOffsets": "earliest"}
+    )
+    return ingest.unionByName(master)
+
+
+def kafka_stream(
+    spark: SparkSession, settings: EnricherSettings, topics: Sequence[str], extra: dict[str, str]
+) -> DataFrame:
+    """Return a stream of ``topics`` from Spark's own Kafka source.
+
+    ``extra`` holds source options such as ``startingOffsets`` (ignored once the checkpoint
+    has this source's offsets) and ``maxOffsetsPerTrigger``.
+    """
+    options = {"subscribe": ",".join(topics), **extra}
+    options |= {f"kafka.{k}": v for k, v in settings.kafka.java_config().items()}
+    # A gap in the log (retention, a recreated topic) stops the query; a person decides.
+    options |= {"includeHeaders": "true", "failOnDataLoss": "true"}
+    # A task's fetch at the end of its range otherwise waits the broker's default 500 ms
+    # for more data; tasks run in waves on few cores, so a 10-record batch over six
+    # partitions took 1.7 s instead of 0.3 s (docs/benchmarks.md, Kafka source).
+    options.setdefault("kafka.fetch.max.wait.ms", "10")
+    return spark.readStream.format("kafka").options(**options).load()
 
 
 def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
@@ -103,6 +140,7 @@ def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
         backoff_ms=int(settings.retry_backoff_seconds * 1000),
         backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
         dedup_window_ms=int(settings.dedup_window_seconds * 1000),
+        max_latest_values=settings.max_latest_values,
     )
     return process_devices(normalize(decode(raw, settings.topics.master)), policy)
 
@@ -121,6 +159,8 @@ def start(
         out.writeStream.format("headwater-kafka")
         .options(**kafka_options(settings))
         .option("statsPath", stats_path)
+        # Records the producer refuses (too large) become dead letters there.
+        .option("deadLetterTopic", settings.topics.deadletter)
         .option("checkpointLocation", settings.checkpoint_location)
         .queryName("headwater-enricher")
         .trigger(processingTime=f"{int(settings.trigger_interval_seconds * 1000)} milliseconds")

@@ -1,4 +1,4 @@
-"""The stream sink of "headwater-kafka": Arrow batches produced with acks=all.
+"""The enricher's stream sink, "headwater-kafka": Arrow batches produced with acks=all.
 
 Columns: ``topic``, ``key``, ``value``, ``headers`` (as Spark's Kafka sink), and optionally
 ``role``, ``ref``, ``event_id``, ``label``, ``received_ms``, ``batch_ms`` for the enricher's
@@ -18,16 +18,29 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
 
+from headwater.enricher import unproducible
 from headwater.enricher.errors import KafkaDeliveryError
-from headwater.enricher.kafka_source import client_config
 
+#: Not "kafka": Spark's built-in Kafka sink would win over a Python one of the same name.
+SINK_NAME = "headwater-kafka"
 _PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
 #: The counts key of the bytes written (keys and values).
 BYTES = "bytes"
 #: Latency samples kept per task and name; enough for p99 without shipping every value.
 MAX_SAMPLES = 2000
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, Any]:
+    """Return librdkafka settings from the ``kafka.*`` options (as Spark's sink takes them)."""
+    return {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
 
 
 def _producer(options: Mapping[str, str]) -> Producer:
@@ -73,13 +86,23 @@ class _Deliveries:
         return on_delivery
 
 
-def _produce(producer: Producer, topic: str, key: Any, value: Any, headers: Any, cb: Any) -> None:
+def _produce(
+    producer: Producer, topic: str, key: Any, value: Any, headers: Any, cb: Any
+) -> Exception | None:
+    """Produce one record; return the error when the producer refuses it for good.
+
+    Refusals are data problems (a record over ``message.max.bytes``, a value of the
+    wrong type): raising would fail the task, and its replay would fail again and stop
+    every device. The caller dead-letters the record instead.
+    """
     while True:
         try:
             producer.produce(topic, value=value, key=key, headers=headers, on_delivery=cb)
-            return
+            return None
         except BufferError:
             producer.poll(0.05)  # the local queue is full: let deliveries drain
+        except Exception as exc:  # any refusal of this one record
+            return exc
 
 
 def _flush(producer: Producer, d: _Deliveries, timeout_s: float) -> None:
@@ -88,6 +111,28 @@ def _flush(producer: Producer, d: _Deliveries, timeout_s: float) -> None:
         raise KafkaDeliveryError(left, f"{left} record(s) still in flight after {timeout_s}s")
     if d.failures:
         raise KafkaDeliveryError(d.failures, d.first_error)
+
+
+def _dead_letter_refused(
+    producer: Producer,
+    options: Mapping[str, str],
+    topic: str,
+    key: Any,
+    value: Any,
+    headers: list[tuple[str, bytes]],
+    ref: str | None,
+    role: str,
+    exc: Exception,
+    d: _Deliveries,
+) -> None:
+    """Produce the dead letter of a record the producer refused; raise if that fails too."""
+    deadletter = options.get("deadlettertopic")
+    if not deadletter:
+        raise exc  # nowhere to put it: fail loudly rather than drop it
+    dl_key, dl_value = unproducible.dead_letter(topic, key, value, headers, ref, role, exc)
+    again = _produce(producer, deadletter, dl_key, dl_value, headers, d.callback(None))
+    if again is not None:
+        raise again
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -107,6 +152,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         d = _Deliveries()
         refs: dict[str, list[tuple[str, int]]] = defaultdict(list)
         completions: list[dict[str, Any]] = []
+        failed: dict[str, Exception] = {}  # ref -> why a record of that message was refused
         index = 0
         for batch in iterator:
             cols = batch.to_pydict()
@@ -124,18 +170,60 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 if is_event:
                     refs[cols["ref"][i]].append((cols["event_id"][i], index))
                 cb = d.callback(index if is_event else None)
-                _produce(producer, cols["topic"][i], cols["key"][i], cols["value"][i], headers, cb)
-                report.counts[BYTES] += len(cols["value"][i] or b"") + len(cols["key"][i] or b"")
+                topic, key, value = cols["topic"][i], cols["key"][i], cols["value"][i]
+                refused = _produce(producer, topic, key, value, headers, cb)
+                if refused is not None:
+                    if "ref" in cols and cols["ref"][i]:
+                        failed[cols["ref"][i]] = refused
+                    _dead_letter_refused(
+                        producer,
+                        self.options,
+                        topic,
+                        key,
+                        value,
+                        headers,
+                        cols["ref"][i] if "ref" in cols else None,
+                        role,
+                        refused,
+                        d,
+                    )
+                    report.counts[f"deadletter:{unproducible.REASON}"] += 1
+                    index += 1
+                    continue
+                report.counts[BYTES] += len(value or b"") + len(key or b"")
                 index += 1
         _flush(producer, d, timeout_s)
         if completions:
             batch_ms = completions[0].get("batch_ms") or 0
             acked_ms = time.time() * 1000
             for c in completions:
-                mine = refs.get(c["ref"], []) if c.get("label") == "ENRICHED" else []
-                coords = [(eid, *d.coords[i]) for eid, i in mine]
-                value = with_event_refs(c["value"], coords)
-                _produce(producer, c["topic"], c["key"], value, c["headers"], d.callback(None))
+                if c.get("ref") in failed and c.get("label") == "ENRICHED":
+                    # Its events were refused and dead-lettered: say so, with no refs.
+                    value = unproducible.dead_lettered(c["value"], failed[c["ref"]])
+                    report.counts["completion:ENRICHED"] -= 1
+                    report.counts["completion:DEAD_LETTERED"] += 1
+                else:
+                    mine = refs.get(c["ref"], []) if c.get("label") == "ENRICHED" else []
+                    coords = [(eid, *d.coords[i]) for eid, i in mine]
+                    value = with_event_refs(c["value"], coords)
+                refused = _produce(
+                    producer, c["topic"], c["key"], value, c["headers"], d.callback(None)
+                )
+                if refused is not None:
+                    _dead_letter_refused(
+                        producer,
+                        self.options,
+                        c["topic"],
+                        c["key"],
+                        value,
+                        c["headers"],
+                        c.get("ref"),
+                        "completion",
+                        refused,
+                        d,
+                    )
+                    report.counts[f"deadletter:{unproducible.REASON}"] += 1
+                    continue
                 report.counts[BYTES] += len(value) + len(c["key"] or b"")
                 if c.get("received_ms"):
                     report.sample("ingest_to_read", batch_ms - c["received_ms"])
@@ -162,3 +250,20 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: records already acknowledged stay (at-least-once, stable ids)."""
+
+
+class KafkaSinkDataSource(DataSource):
+    """``writeStream.format("headwater-kafka")``: the two-phase Kafka sink above.
+
+    Options: ``kafka.*`` (librdkafka settings), ``statsPath``, ``deadLetterTopic``,
+    ``flushTimeoutSeconds``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name."""
+        return SINK_NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Return the stream writer."""
+        return KafkaStreamWriter(self.options)

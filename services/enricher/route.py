@@ -21,6 +21,7 @@ from headwater.proto.events.v1 import (
     event_pb2,
     parked_message_pb2,
 )
+from headwater.topics import scoped_key
 
 Row = dict[str, Any]
 #: Headers carried from the ingest record to everything derived from it (trace context).
@@ -208,7 +209,7 @@ def device_state(topics: EnricherTopics, snapshot: device_state_pb2.DeviceState)
     """Return the compacted entity-topic record of a device snapshot."""
     return _row(
         topics.state,
-        snapshot.device_id,
+        scoped_key(snapshot.tenant, snapshot.device_id),
         snapshot.SerializeToString(),
         [],
         "state",

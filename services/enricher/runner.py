@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from headwater.enricher.errors import EnricherError
+from headwater.enricher.errors import EnricherError, explain_failure
 from headwater.enricher.settings import EnricherSettings
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ def run_enricher(
     stats = os.path.join(tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl")
     listener = EnricherListener(telemetry.meter_provider.get_meter("headwater.enricher"), stats)
     code, error = 0, ""
+    log_normalizers()
     spark = job.build_session(settings)
     spark.streams.addListener(listener)
     try:
@@ -51,7 +52,7 @@ def run_enricher(
             raise exc
         query.stop()
     except (StreamingQueryException, EnricherError) as exc:
-        code, error = 1, str(exc).split("\n\tat ")[0]
+        code, error = 1, explain_failure(str(exc))
         log.error("enricher stopped with an error", extra={"error": error})
     except Exception as exc:
         if not should_stop():
@@ -67,3 +68,17 @@ def run_enricher(
     if error:
         summary["error"] = error
     return code, summary
+
+
+def log_normalizers() -> None:
+    """Log every format the normalizer registry holds, built-in and from entry points."""
+    from headwater.enricher.formats.registry import loaded
+
+    formats = loaded()
+    log.info(
+        "normalizers loaded",
+        extra={
+            "formats": [f"{f.content_type} ({f.origin})" for f in formats if not f.error],
+            "skipped": [f"{f.content_type} ({f.origin}): {f.error}" for f in formats if f.error],
+        },
+    )

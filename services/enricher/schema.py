@@ -19,8 +19,14 @@ DECODED_FIELDS = (
 #: What ``normalize`` adds: the common-format content of the message.
 NORMALIZED_FIELDS = (
     "event_type string, source_format string, "
-    "measurements array<struct<name:string,value:double,unit:string>>, "
-    "alarm_code string, alarm_severity int, alarm_text string"
+    "measurements array<struct<name:string,value:double,unit:string,time_ms:long>>, "
+    "alarm_code string, alarm_severity int, alarm_text string, "
+    # Sparkplug B: metric definitions of a birth certificate and readings that the keyed
+    # state resolves against them (formats/sparkplug.py, births.py).
+    "definitions array<struct<alias:long,name:string,unit:string,datatype:int>>, "
+    "replaces_definitions boolean, "
+    "pending array<struct<alias:long,name:string,value:double,unit:string,time_ms:long,"
+    "datatype:int>>"
 )
 
 #: The source coordinates and original bytes every step keeps (for dead letters and retries).

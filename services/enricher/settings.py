@@ -74,17 +74,14 @@ class EnricherSettings:
     checkpoint_location: str = ".headwater/enricher/checkpoint"
     #: "earliest" or "latest"; required when the checkpoint does not exist yet.
     starting_offsets: str = ""
-    #: "python" (our Data Source on confluent-kafka) or "jvm" (spark-sql-kafka-0-10 jar).
-    kafka_io: str = "python"
     max_records_per_trigger: int = 20_000
     trigger_interval_seconds: float = 1.0
     max_attempts: int = 5
     retry_backoff_seconds: float = 5.0
     retry_backoff_max_seconds: float = 300.0
     dedup_window_seconds: float = 3600.0
-    #: "scan" finds the true end of each partition (needed on the embedded broker, whose
-    #: high watermark lags); "watermark" trusts ListOffsets (real Kafka, one fetch less).
-    end_offsets: str = "scan"
+    #: The most quantities kept per device in the snapshot (state.devices.v1 latest_values).
+    max_latest_values: int = 100
     spark_master: str = ""
     shuffle_partitions: int = 4
     metrics_port: int = 0
@@ -103,7 +100,6 @@ class EnricherSettings:
         settings = cls(
             checkpoint_location=env_str(env, p + "CHECKPOINT_LOCATION", cls.checkpoint_location),
             starting_offsets=env_str(env, p + "STARTING_OFFSETS", "").lower(),
-            kafka_io=env_str(env, p + "KAFKA_IO", cls.kafka_io).lower(),
             max_records_per_trigger=env_int(
                 env, p + "MAX_RECORDS_PER_TRIGGER", cls.max_records_per_trigger, 1
             ),
@@ -112,7 +108,7 @@ class EnricherSettings:
             retry_backoff_seconds=dur("RETRY_BACKOFF", cls.retry_backoff_seconds),
             retry_backoff_max_seconds=dur("RETRY_BACKOFF_MAX", cls.retry_backoff_max_seconds),
             dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
-            end_offsets=env_str(env, p + "END_OFFSETS", cls.end_offsets).lower(),
+            max_latest_values=env_int(env, p + "MAX_LATEST_VALUES", cls.max_latest_values, 1),
             spark_master=env_str(env, p + "SPARK_MASTER", ""),
             shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
             metrics_port=env_int(env, p + "METRICS_PORT", 0),
@@ -128,12 +124,6 @@ class EnricherSettings:
             raise SettingError(
                 f"HEADWATER_ENRICHER_STARTING_OFFSETS={self.starting_offsets!r}: use earliest "
                 "or latest"
-            )
-        if self.kafka_io not in ("python", "jvm"):
-            raise SettingError(f"HEADWATER_ENRICHER_KAFKA_IO={self.kafka_io!r}: use python or jvm")
-        if self.end_offsets not in ("scan", "watermark"):
-            raise SettingError(
-                f"HEADWATER_ENRICHER_END_OFFSETS={self.end_offsets!r}: use scan or watermark"
             )
         if self.dedup_window_seconds < 1:
             raise SettingError("HEADWATER_ENRICHER_DEDUP_WINDOW must be at least 1s")

@@ -22,9 +22,11 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from headwater.enricher import route
+from headwater.enricher.births import BirthCertificates
 from headwater.enricher.decode import decode_record
 from headwater.enricher.dedupe import DedupWindow, dedup_key
 from headwater.enricher.enrich import build_events
+from headwater.enricher.formats.base import NormalizeError
 from headwater.enricher.normalize import normalize_message
 from headwater.enricher.schema import OUTPUT
 from headwater.enricher.settings import EnricherTopics
@@ -34,8 +36,12 @@ from headwater.proto.events.v1 import device_state_pb2, parked_message_pb2
 MASTER = "site string, area_code string, vendor_format string, model string"
 DEVICE = (
     "tenant string, last_seen_ms long, last_sequence long, gaps long, message_count long, "
-    "last_message_id string, latest string"
+    "last_message_id string, latest string, latest_dropped long"
 )
+#: Measurement names longer than this are never kept in the snapshot (bounded state).
+MAX_NAME_CHARS = 128
+#: Why a message failed inside the keyed state (a bug or an unforeseen value).
+STATE_FAILED = "STATE_FAILED"
 PARKED = "not_before_ms long, parked binary"
 MISSING_MASTER = "MASTER_DATA_MISSING"
 
@@ -49,6 +55,8 @@ class Policy:
     backoff_ms: int
     backoff_max_ms: int
     dedup_window_ms: int
+    #: The most quantities kept in a device's snapshot (``latest_values``).
+    max_latest_values: int = 100
 
     def not_before(self, now_ms: int, attempt: int) -> int:
         """Return when attempt ``attempt + 1`` may run (exponential backoff, capped)."""
@@ -68,6 +76,8 @@ class DeviceProcessor(StatefulProcessor):
         self.device = handle.getValueState("device", DEVICE)
         self.parked = handle.getListState("parked", PARKED)
         self.dedup = DedupWindow(handle, self.policy.dedup_window_ms)
+        # Sparkplug B metric definitions from the device's birth certificate (births.py).
+        self.births = BirthCertificates(handle)
         self._cached_master: dict[str, Any] | None = None
 
     def handleInputRows(
@@ -77,7 +87,8 @@ class DeviceProcessor(StatefulProcessor):
         now = timerValues.getCurrentProcessingTimeInMs()
         batch = sorted((r.asDict() for r in rows), key=_order)
         out: list[dict[str, Any]] = []
-        snap = _Snapshot(self.device.get(), key[0])
+        # The key is (tenant, device): a device id is unique only within its tenant.
+        snap = _Snapshot(self.device.get(), key[0], key[1], self.policy.max_latest_values)
         # Every state call is a round trip to the JVM: read master and parked once per
         # device and batch, not once per message (measured: the dominant cost).
         self._cached_master = self._load_master()
@@ -120,11 +131,12 @@ class DeviceProcessor(StatefulProcessor):
     ) -> Iterator[Row]:
         """Retry the parked messages that are due."""
         now = timerValues.getCurrentProcessingTimeInMs()
-        snap = _Snapshot(self.device.get(), key[0])
+        snap = _Snapshot(self.device.get(), key[0], key[1], self.policy.max_latest_values)
         self._cached_master = self._load_master()
         return self._emit(self._retry(now, snap, due_only=True), snap, now)
 
     def _emit(self, out: list[dict[str, Any]], snap: _Snapshot, now: int) -> Iterator[Row]:
+        self.births.commit()
         if snap.changed:
             self.device.update(snap.value())
             out.append(route.device_state(self.policy.topics, snap.proto(now)))
@@ -166,10 +178,34 @@ class DeviceProcessor(StatefulProcessor):
         self, msg: dict[str, Any], now: int, attempt: int, snap: _Snapshot
     ) -> list[dict[str, Any]]:
         assert self._cached_master is not None
-        evs = build_events(msg, self._cached_master)
+        try:
+            msg = self.births.apply(msg)  # Sparkplug B aliases -> names, units, measurements
+        except NormalizeError as exc:
+            return self._dead(
+                msg,
+                now,
+                attempt,
+                stage="normalize",
+                reason=exc.reason,
+                error_class=type(exc).__name__,
+                error_message=str(exc)[:1000],
+            )
+        try:
+            evs = build_events(msg, self._cached_master)
+            records = route.events(self.policy.topics, msg, evs)
+        except Exception as exc:  # one message's unforeseen value must not stop the query
+            return self._dead(
+                msg,
+                now,
+                attempt,
+                stage="enrich",
+                reason=STATE_FAILED,
+                error_class=type(exc).__name__,
+                error_message=str(exc)[:1000],
+            )
         snap.record(msg)
         done = route.completion(self.policy.topics, msg, cpb.OUTCOME_ENRICHED, now, attempt)
-        return [*route.events(self.policy.topics, msg, evs), done]
+        return [*records, done]
 
     def _retry(self, now: int, snap: _Snapshot, due_only: bool) -> list[dict[str, Any]]:
         parked = sorted(self.parked.get(), key=lambda p: p[0]) if self.parked.exists() else []
@@ -225,20 +261,30 @@ def _order(msg: dict[str, Any]) -> tuple[int, int, int, str, int, int]:
 
 
 class _Snapshot:
-    """The entity state of a device while a batch is processed."""
+    """The entity state of a device while a batch is processed.
 
-    def __init__(self, value: tuple[Any, ...] | None, device_id: str) -> None:
+    ``latest`` keeps at most ``max_latest`` quantities: device-chosen names would otherwise
+    grow the state, and the snapshot record, until the producer refuses it. Quantities
+    already kept keep updating; new ones past the cap are counted in ``dropped``.
+    """
+
+    def __init__(
+        self, value: tuple[Any, ...] | None, tenant: str, device_id: str, max_latest: int = 100
+    ) -> None:
         self.device_id = device_id
         self.changed = False
-        v = value or ("", 0, 0, 0, 0, "", "{}")
-        self.tenant, self.last_seen_ms, self.last_seq, self.gaps, self.count, self.last_id = v[:6]
+        self.max_latest = max_latest
+        v = value or ("", 0, 0, 0, 0, "", "{}", 0)
+        _, self.last_seen_ms, self.last_seq, self.gaps, self.count, self.last_id = v[:6]
+        # The tenant is part of the key: it can never flip to another tenant's.
+        self.tenant = tenant or ""
         self.latest: dict[str, list[Any]] = json.loads(v[6] or "{}")
+        self.dropped: int = (v[7] if len(v) > 7 else 0) or 0
 
     def record(self, msg: dict[str, Any]) -> None:
         """Fold one enriched message into the snapshot."""
         self.changed = True
         self.count += 1
-        self.tenant = msg["tenant"] or self.tenant
         seq = msg["sequence"] or 0
         if seq and self.last_seq and seq > self.last_seq + 1:
             self.gaps += seq - self.last_seq - 1
@@ -247,7 +293,13 @@ class _Snapshot:
             self.last_seen_ms = msg["device_time_ms"] or 0
             self.last_id = msg["message_id"]
             for m in msg["measurements"] or []:
-                self.latest[m["name"]] = [m["value"], m["unit"]]
+                name = m["name"]
+                if name in self.latest or (
+                    len(self.latest) < self.max_latest and len(name) <= MAX_NAME_CHARS
+                ):
+                    self.latest[name] = [m["value"], m["unit"]]
+                else:
+                    self.dropped += 1
 
     def value(self) -> tuple[Any, ...]:
         """Return the ValueState tuple."""
@@ -260,6 +312,7 @@ class _Snapshot:
             self.count,
             self.last_id,
             latest,
+            self.dropped,
         )
 
     def proto(self, now_ms: int) -> device_state_pb2.DeviceState:
@@ -271,6 +324,7 @@ class _Snapshot:
             gaps_detected=self.gaps,
             message_count=self.count,
             last_message_id=self.last_id,
+            latest_values_dropped=self.dropped,
         )
         s.last_seen_time.FromMilliseconds(self.last_seen_ms)
         s.updated_time.FromMilliseconds(now_ms)
@@ -282,7 +336,9 @@ class _Snapshot:
 
 def process_devices(df: DataFrame, policy: Policy) -> DataFrame:
     """Run the keyed state over decoded, normalized rows; return the ``OUTPUT`` records."""
-    return df.groupBy("device_key").transformWithState(
+    # Keyed by tenant and device: device ids (and message ids) are unique per tenant only,
+    # so state, master data and the dedup window must never be shared across tenants.
+    return df.groupBy("tenant", "device_key").transformWithState(
         statefulProcessor=DeviceProcessor(policy),
         outputStructType=OUTPUT,
         outputMode="Append",

@@ -1,32 +1,207 @@
-"""Bound the bytes a process holds in flight, so overload answers instead of growing."""
+"""Admission before work: refuse early and cheaply, so overload answers instead of growing.
+
+A call is admitted, or refused with RESOURCE_EXHAUSTED and a RetryInfo delay, before its
+request is parsed, in this order (cheapest and most protective first):
+
+1. a slot: publish calls and open streams are counted separately
+   (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``). gRPC's own
+   ``maximum_concurrent_rpcs`` is not used: it refuses health checks and reflection too,
+   and sends no RetryInfo (measured with grpcio 1.85);
+2. the deadline: a call whose time left cannot cover the service's recent produce time
+   (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
+3. the calling gateway's rate and in-flight share (``quotas.py``);
+4. the process's byte bound (``HEADWATER_INGEST_MAX_INFLIGHT_BYTES``): request bytes are
+   counted from the moment the handler sees them until the producer has acknowledged (or
+   failed) every record made from them, so bytes in the producer's queue after a call
+   timed out still count. The producer's own queue limits are derived from the same
+   bound (:func:`producer_queue_limits`), so neither can grow past it.
+
+Waiting for room would queue callers in memory, which is the growth this prevents;
+RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headwater.ingest.auth import Gateway
 from headwater.ingest.errors import OverloadedError
+from headwater.ingest.quotas import GatewayQuotas
+from headwater.ingest.settings import IngestSettings
+
+#: Bytes the service adds to a record beyond the message itself: the key and the headers
+#: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).
+RECORD_HEADER_BYTES = 256
+#: A device message smaller than this is unusual (message id, device id, content type and
+#: device time alone take ~60): bounds how many records the bytes can turn into.
+MIN_RECORD_BYTES = 64
+#: Half-life of the produce-time estimate once no produce finishes: after a broker stall
+#: the estimate falls back within seconds instead of refusing every call forever.
+ESTIMATE_HALF_LIFE_S = 1.0
 
 
-class InflightBudget:
-    """A non-blocking byte budget: a call either fits now or is told to come back later.
+def producer_queue_limits(max_inflight_bytes: int) -> tuple[int, int]:
+    """Return (bytes, records) the producer may queue, derived from the in-flight bound.
 
-    Waiting for room would queue callers in memory, which is the growth this prevents;
-    RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
+    Every queued record belongs to admitted request bytes, so the producer never needs
+    more than the bound plus each record's key and headers. A larger queue (librdkafka's
+    default is 1 GiB) would only hold records nobody counts; a full one makes ``send``
+    wait, bounded by the call's deadline.
+
+    Args:
+        max_inflight_bytes: the process bound, ``HEADWATER_INGEST_MAX_INFLIGHT_BYTES``.
+
+    Returns:
+        (bytes, records) for ``queue.buffering.max.kbytes`` (in bytes) and
+        ``queue.buffering.max.messages``.
     """
+    records = max(1, max_inflight_bytes // MIN_RECORD_BYTES)
+    return max_inflight_bytes + records * RECORD_HEADER_BYTES, records
 
-    def __init__(self, max_bytes: int, retry_delay_s: float) -> None:
-        self.max_bytes = max_bytes
+
+class ProduceTimeEstimate:
+    """How long a produce takes right now: an average of recent ones that decays when idle."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._value = 0.0
+        self._at = clock()
+
+    def record(self, seconds: float) -> None:
+        """Fold one completed produce's duration into the estimate."""
+        self._value = 0.8 * self.value() + 0.2 * seconds
+        self._at = self._clock()
+
+    def value(self) -> float:
+        """The current estimate in seconds."""
+        idle = self._clock() - self._at
+        return self._value * math.pow(0.5, idle / ESTIMATE_HALF_LIFE_S)
+
+
+@dataclass
+class Ticket:
+    """What one admitted call holds; :meth:`release` gives it back exactly once."""
+
+    admission: Admission
+    gateway: Gateway
+    nbytes: int
+    released: bool = False
+
+    def release(self) -> None:
+        """Give the call's bytes back to the process and to its gateway's share."""
+        if self.released:
+            return
+        self.released = True
+        self.admission.in_use -= self.nbytes
+        self.admission.quotas.give(self.gateway, self.nbytes)
+
+
+class Admission:
+    """The limits of one ingest process, checked before a call does any work."""
+
+    def __init__(self, settings: IngestSettings, quotas: GatewayQuotas | None = None) -> None:
+        self.max_bytes = settings.max_inflight_bytes
         self.in_use = 0
-        self._retry_delay_s = retry_delay_s
+        self.rpcs = 0
+        self.streams = 0
+        self._max_rpcs = settings.max_concurrent_rpcs
+        self._max_streams = settings.max_streams
+        self._min_deadline_s = settings.min_deadline_ms / 1000
+        self._retry_delay_s = settings.overload_retry_delay_ms / 1000
+        self.quotas = quotas or GatewayQuotas(
+            settings.gateway_rate_bytes_per_second,
+            settings.gateway_max_inflight_bytes,
+            self._retry_delay_s,
+        )
+        self.produce_time = ProduceTimeEstimate()
 
-    def acquire(self, n: int) -> None:
-        """Take ``n`` bytes or raise OverloadedError."""
-        if self.in_use + n > self.max_bytes:
+    # --- slots ------------------------------------------------------------------------
+
+    def enter_rpc(self) -> None:
+        """Take a publish-call slot or raise OverloadedError; pair with :meth:`leave_rpc`."""
+        if self.rpcs >= self._max_rpcs:
             raise OverloadedError(
-                f"ingest process is at its in-flight limit ({self.max_bytes} bytes); "
-                f"retry after {self._retry_delay_s:.2f}s or send to another replica",
+                f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
+                "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
                 retry_delay_s=self._retry_delay_s,
+                limit="max_concurrent_rpcs",
+                setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
+                limit_value=self._max_rpcs,
             )
-        self.in_use += n
+        self.rpcs += 1
 
-    def release(self, n: int) -> None:
-        """Give back ``n`` bytes taken by :meth:`acquire`."""
-        self.in_use -= n
+    def leave_rpc(self) -> None:
+        """Give back a slot taken by :meth:`enter_rpc`."""
+        self.rpcs -= 1
+
+    def enter_stream(self) -> None:
+        """Take a stream slot or raise OverloadedError; pair with :meth:`leave_stream`."""
+        if self.streams >= self._max_streams:
+            raise OverloadedError(
+                f"ingest replica holds its limit of {self._max_streams} open streams "
+                "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
+                retry_delay_s=self._retry_delay_s,
+                limit="max_streams",
+                setting="HEADWATER_INGEST_MAX_STREAMS",
+                limit_value=self._max_streams,
+            )
+        self.streams += 1
+
+    def leave_stream(self) -> None:
+        """Give back a slot taken by :meth:`enter_stream`."""
+        self.streams -= 1
+
+    # --- per call ---------------------------------------------------------------------
+
+    def check_deadline(self, time_left_s: float | None) -> None:
+        """Refuse a call (or frame) whose time left cannot cover a produce now.
+
+        Args:
+            time_left_s: seconds until the call's (or frame's) deadline; None: no deadline.
+        """
+        if time_left_s is None:
+            return
+        needed = max(self._min_deadline_s, self.produce_time.value())
+        if time_left_s < needed:
+            raise OverloadedError(
+                f"the deadline leaves {time_left_s * 1000:.0f} ms; this replica needs "
+                f"~{needed * 1000:.0f} ms to write to Kafka now (at least "
+                "HEADWATER_INGEST_MIN_DEADLINE_MS); refused unstarted: retry later or with a "
+                "longer deadline",
+                retry_delay_s=self._retry_delay_s,
+                limit="min_deadline_ms",
+                setting="HEADWATER_INGEST_MIN_DEADLINE_MS",
+                limit_value=round(needed * 1000),
+            )
+
+    def admit(self, gateway: Gateway, nbytes: int) -> Ticket:
+        """Book ``nbytes`` of a call for ``gateway`` or raise OverloadedError.
+
+        Nothing is booked unless every check passes, so a refusal costs neither the
+        gateway's rate nor the process's bytes.
+
+        Args:
+            gateway: the authenticated caller.
+            nbytes: the request's (or stream frame's) size on the wire.
+
+        Returns:
+            The ticket to release once every record made from the request is acknowledged
+            or failed.
+        """
+        self.quotas.check(gateway, nbytes)
+        if self.in_use + nbytes > self.max_bytes:
+            raise OverloadedError(
+                f"ingest replica is at its in-flight limit ({self.max_bytes} bytes, "
+                "HEADWATER_INGEST_MAX_INFLIGHT_BYTES); retry after "
+                f"{self._retry_delay_s:.2f}s or send to another replica",
+                retry_delay_s=self._retry_delay_s,
+                limit="max_inflight_bytes",
+                setting="HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
+                limit_value=self.max_bytes,
+            )
+        self.quotas.take(gateway, nbytes)
+        self.in_use += nbytes
+        return Ticket(self, gateway, nbytes)

@@ -14,6 +14,9 @@ Tokens file format (YAML)::
         token_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
         devices: ["acme-*"]
         revoked: false
+        # Optional overrides of the per-gateway limits (docs/operations.md, "Ingest overload"):
+        rate_bytes_per_second: 8388608   # HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND
+        max_inflight_bytes: 4194304      # HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Gateway:
     device_patterns: tuple[str, ...]
     token_sha256: str = ""
     revoked: bool = False
+    #: Per-gateway limits from the tokens file; None: the process defaults apply, 0: none.
+    rate_bytes_per_second: int | None = None
+    max_inflight_bytes: int | None = None
 
     def may_speak_for(self, device_id: str) -> bool:
         """Return True if this gateway is bound to ``device_id``."""
@@ -85,11 +91,24 @@ def parse_tokens(text: str) -> dict[str, Gateway]:
             device_patterns=tuple(devices),
             token_sha256=digest,
             revoked=bool(entry.get("revoked", False)),
+            rate_bytes_per_second=_limit(entry, i, "rate_bytes_per_second"),
+            max_inflight_bytes=_limit(entry, i, "max_inflight_bytes"),
         )
         if gw.gateway_id in gateways:
             raise TokensFileError(f"gateways[{i}]: duplicate id {gw.gateway_id!r}")
         gateways[gw.gateway_id] = gw
     return gateways
+
+
+def _limit(entry: dict[str, object], index: int, key: str) -> int | None:
+    """Return an optional per-gateway limit of a tokens-file entry: a whole number >= 0."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    # bool is an int in Python; "true" is no limit anyone meant to write.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TokensFileError(f"gateways[{index}]: {key!r} must be a whole number >= 0")
+    return value
 
 
 class TokenStore:

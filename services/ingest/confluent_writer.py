@@ -50,9 +50,17 @@ def _exception(err: KafkaError) -> Exception:
 class ConfluentWriter:
     """A RecordWriter on one librdkafka producer with acks=all."""
 
-    def __init__(self, settings: KafkaSettings, produce_timeout_s: float) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        produce_timeout_s: float,
+        queue_limits: tuple[int, int] = (256 * 1024 * 1024, 100_000),
+    ) -> None:
         self._settings = settings
         self._timeout_s = produce_timeout_s
+        #: (bytes, records) librdkafka may queue: derived from the service's in-flight
+        #: bound (``admission.producer_queue_limits``), so its queue cannot outgrow it.
+        self._queue_limits = queue_limits
         self._producer: Producer | None = None
         self._unconnected: Producer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -77,12 +85,13 @@ class ConfluentWriter:
             # Java's and aiokafka's key hashing, so a device keeps its partition across clients
             # (librdkafka's own default, consistent_random, hashes differently).
             "partitioner": "murmur2_random",
-            "enable.idempotence": s.enable_idempotence,
+            "enable.idempotence": True,
             "linger.ms": s.linger_ms,
             "compression.type": s.compression_type,
             "message.timeout.ms": int(self._timeout_s * 1000),
             "message.max.bytes": 2 * 1024 * 1024,
-            "queue.buffering.max.kbytes": 256 * 1024,
+            "queue.buffering.max.kbytes": max(1, -(-self._queue_limits[0] // 1024)),
+            "queue.buffering.max.messages": max(1, self._queue_limits[1]),
             # librdkafka's own log lines (e.g. "broker down") go through Python logging as
             # JSON, served by the poll thread, instead of raw lines on stderr.
             "logger": log,

@@ -60,12 +60,37 @@ class PermissionDeniedError(IngestError):
 
 
 class OverloadedError(IngestError):
-    """The process is at its in-flight limit; retry after the delay."""
+    """A call was refused unstarted because a limit is reached; retry after the delay.
+
+    Every limit answers with the same reason, OVERLOADED: gateways pause on it and read
+    any other RESOURCE_EXHAUSTED as "request too large" (they shrink their frames), so
+    the reason must not vary. Which limit refused, and for whom, travels in the
+    QuotaFailure detail and the ErrorInfo metadata.
+    """
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
     reason = "OVERLOADED"
     retriable = True
     infrastructure = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_delay_s: float,
+        limit: str = "max_inflight_bytes",
+        setting: str = "HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
+        limit_value: int = 0,
+        subject: str = "ingest-process",
+    ) -> None:
+        super().__init__(message, retry_delay_s=retry_delay_s)
+        #: The limit's id (a QuotaFailure quota_id), e.g. "gateway_rate_bytes_per_second".
+        self.limit = limit
+        #: The setting (or tokens-file key) an operator changes to move the limit.
+        self.setting = setting
+        self.limit_value = limit_value
+        #: Whose limit: "ingest-process" or "gateway:<id>".
+        self.subject = subject
 
 
 class BrokerUnavailableError(IngestError):

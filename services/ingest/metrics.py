@@ -3,7 +3,9 @@
 Exported names (Prometheus): headwater_ingest_requests_total, headwater_ingest_messages_total,
 headwater_ingest_received_bytes_total, headwater_ingest_request_duration_seconds,
 headwater_ingest_produce_duration_seconds, headwater_ingest_inflight_bytes,
-headwater_ingest_inflight_requests.
+headwater_ingest_inflight_requests, headwater_ingest_refused_calls_total,
+headwater_ingest_refused_bytes_total, headwater_ingest_open_streams,
+headwater_ingest_gateway_inflight_bytes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ class IngestMetrics:
             description="Time from handing a batch to the producer to the last broker ack",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
+        self.refused_calls = meter.create_counter(
+            "headwater.ingest.refused.calls",
+            unit="{call}",
+            description="Calls and stream frames refused unstarted (RESOURCE_EXHAUSTED), by "
+            "gateway and the limit that refused them",
+        )
+        self.refused_bytes = meter.create_counter(
+            "headwater.ingest.refused",
+            unit="By",
+            description="Request bytes refused unstarted, by gateway and limit",
+        )
         self._meter = meter
 
     def observe_inflight(self, read: Callable[[], tuple[int, int]]) -> None:
@@ -59,4 +72,23 @@ class IngestMetrics:
             callbacks=[lambda _options: [Observation(read()[1])]],
             unit="{request}",
             description="Requests and stream frames being processed",
+        )
+
+    def observe_admission(
+        self, streams: Callable[[], int], by_gateway: Callable[[], dict[str, int]]
+    ) -> None:
+        """Export open streams and each gateway's in-flight bytes, read at collection time."""
+        self._meter.create_observable_gauge(
+            "headwater.ingest.open.streams",
+            callbacks=[lambda _options: [Observation(streams())]],
+            unit="{stream}",
+            description="Open IngestService streams, against HEADWATER_INGEST_MAX_STREAMS",
+        )
+        self._meter.create_observable_gauge(
+            "headwater.ingest.gateway.inflight",
+            callbacks=[
+                lambda _options: [Observation(n, {"gateway": gw}) for gw, n in by_gateway().items()]
+            ],
+            unit="By",
+            description="Request bytes in flight per gateway, against its share",
         )

@@ -46,9 +46,15 @@ class RecordWriter(Protocol):
 class AiokafkaWriter:
     """A RecordWriter on one aiokafka producer with acks=all."""
 
-    def __init__(self, settings: KafkaSettings, produce_timeout_s: float) -> None:
+    def __init__(
+        self, settings: KafkaSettings, produce_timeout_s: float, max_batch_bytes: int = 16384
+    ) -> None:
         self._settings = settings
         self._timeout_s = produce_timeout_s
+        #: aiokafka holds one open batch per partition and makes send() wait while it is
+        #: full, so its queue is bounded by partitions x this size (set from the
+        #: service's in-flight bound by ``server.create_writer``).
+        self._max_batch_bytes = max_batch_bytes
         self._producer: AIOKafkaProducer | None = None
         self._connected = False
 
@@ -62,21 +68,16 @@ class AiokafkaWriter:
         if self._connected:
             return
         s = self._settings
-        if not s.enable_idempotence:
-            log.warning(
-                "Kafka idempotent producer is OFF (HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false): "
-                "broker-side retries may duplicate records. Only the embedded dev broker "
-                "needs this; turn it on for real Kafka"
-            )
         producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             client_id="headwater-ingest",
             acks="all",
-            enable_idempotence=s.enable_idempotence,
+            enable_idempotence=True,
             linger_ms=s.linger_ms,
             compression_type=None if s.compression_type == "none" else s.compression_type,
             request_timeout_ms=int(self._timeout_s * 1000),
             max_request_size=2 * 1024 * 1024,
+            max_batch_size=self._max_batch_bytes,
             **s.aiokafka_security(),
         )
         try:

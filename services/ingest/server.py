@@ -15,14 +15,16 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from headwater.ingest.admission import producer_queue_limits
 from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
+from headwater.proto.ingest.v1 import ingest_service_pb2
+from headwater.reflection import enable_reflection
 from headwater.telemetry import Telemetry, create_telemetry
 
 log = logging.getLogger(__name__)
@@ -48,8 +50,14 @@ def _server_credentials(settings: IngestSettings) -> grpc.ServerCredentials | No
 def create_writer(settings: IngestSettings) -> RecordWriter:
     """Return the produce client ``HEADWATER_INGEST_PRODUCER`` names."""
     if settings.producer == "aiokafka":
-        return AiokafkaWriter(settings.kafka, settings.produce_timeout_seconds)
-    return ConfluentWriter(settings.kafka, settings.produce_timeout_seconds)
+        # One open batch per partition: 64 partitions' batches fit in the in-flight bound.
+        batch = min(1024 * 1024, max(16 * 1024, settings.max_inflight_bytes // 64))
+        return AiokafkaWriter(settings.kafka, settings.produce_timeout_seconds, batch)
+    return ConfluentWriter(
+        settings.kafka,
+        settings.produce_timeout_seconds,
+        producer_queue_limits(settings.max_inflight_bytes),
+    )
 
 
 class IngestServer:
@@ -93,8 +101,9 @@ class IngestServer:
             IngestMetrics(self.telemetry.meter_provider.get_meter("headwater.ingest")),
         )
         max_message = s.max_batch_messages * (s.max_payload_bytes + 1024) + _REQUEST_OVERHEAD
+        # No maximum_concurrent_rpcs: grpc.aio would refuse health checks with the rest and
+        # send no RetryInfo. The servicer counts its own calls and streams (admission.py).
         server = grpc.aio.server(
-            maximum_concurrent_rpcs=s.max_concurrent_rpcs,
             options=[
                 ("grpc.max_receive_message_length", min(s.max_request_bytes, max_message)),
                 ("grpc.keepalive_time_ms", 60_000),
@@ -106,8 +115,13 @@ class IngestServer:
         )
         server.add_generic_rpc_handlers([self._servicer.rpc_handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        # Descriptors, not names: reflection must be able to describe what it lists.
+        enable_reflection(
+            server,
+            [
+                ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
+                health_pb2.DESCRIPTOR.services_by_name["Health"],
+            ],
         )
         credentials = _server_credentials(s)
         if credentials:

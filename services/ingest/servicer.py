@@ -23,13 +23,14 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from headwater import record_headers as rh
 from headwater.ingest import wire
-from headwater.ingest.admission import InflightBudget
+from headwater.ingest.admission import Admission, Ticket
 from headwater.ingest.auth import Authenticator, Gateway, check_device
 from headwater.ingest.errors import (
     BrokerTimeoutError,
     BrokerUnavailableError,
     IngestError,
     InvalidMessageError,
+    OverloadedError,
     ShuttingDownError,
 )
 from headwater.ingest.metrics import IngestMetrics
@@ -100,12 +101,13 @@ class IngestServicer:
         self._tracer = tracer
         self._metrics = metrics
         self._validator = DeviceMessageValidator(settings.max_payload_bytes)
-        self._budget = InflightBudget(
-            settings.max_inflight_bytes, settings.overload_retry_delay_ms / 1000
-        )
+        self._admission = Admission(settings)
         self._min_batch = batch_size_limits()[0]
         self._inflight_requests = 0
-        metrics.observe_inflight(lambda: (self._budget.in_use, self._inflight_requests))
+        metrics.observe_inflight(lambda: (self._admission.in_use, self._inflight_requests))
+        metrics.observe_admission(
+            lambda: self._admission.streams, self._admission.quotas.inflight_by_gateway
+        )
         self._draining = asyncio.Event()
 
     def begin_drain(self) -> None:
@@ -113,17 +115,21 @@ class IngestServicer:
         self._draining.set()
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
-        """Return the generic handler that serves every endpoint."""
+        """Return the generic handler that serves every endpoint.
+
+        Requests arrive as raw bytes (no deserializer): their size is all admission needs,
+        so a refused call is never parsed.
+        """
         methods: dict[str, grpc.RpcMethodHandler] = {}
         for ep in ENDPOINTS:
             methods[ep.publish_method] = grpc.unary_unary_rpc_method_handler(
                 functools.partial(self._publish, ep),
-                request_deserializer=wire.publish_deserializer,
+                request_deserializer=None,
                 response_serializer=ep.publish_response.SerializeToString,
             )
             methods[ep.stream_method] = grpc.stream_stream_rpc_method_handler(
                 functools.partial(self._stream, ep),
-                request_deserializer=wire.stream_deserializer,
+                request_deserializer=None,
                 response_serializer=ep.stream_response.SerializeToString,
             )
         return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
@@ -131,50 +137,70 @@ class IngestServicer:
     # --- RPCs -------------------------------------------------------------------------
 
     async def _publish(
-        self, ep: Endpoint, frame: wire.RawFrame, context: grpc.aio.ServicerContext
+        self, ep: Endpoint, request: bytes, context: grpc.aio.ServicerContext
     ) -> object:
         started = time.perf_counter()
-        code = grpc.StatusCode.OK
-        parent = propagate.extract(dict(context.invocation_metadata() or ()))
-        with self._tracer.start_as_current_span(
-            f"{SERVICE_NAME}/{ep.publish_method}", context=parent, kind=SpanKind.SERVER
-        ) as span:
-            try:
-                gateway = self._authenticate(context)
-                results = await self._write_frame(ep, frame, gateway, context.time_remaining())
-                return ep.publish_response(results=results)
-            except IngestError as err:
-                code = err.code
-                span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
-                self._log_call_error(ep, err)
-                await context.abort_with_status(rpc_status_of(err))
-            finally:
-                attrs = {"endpoint": ep.name, "method": "publish", "code": code.name}
-                self._metrics.requests.add(1, attrs)
-                self._metrics.request_duration.record(time.perf_counter() - started, attrs)
+        attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
+        caller: Gateway | None = None
+        try:
+            # Refusals first and without a span: under overload they are most calls, and
+            # each must cost as little as possible.
+            caller = self._authenticate(context)
+            self._admission.enter_rpc()
+        except IngestError as err:
+            attrs["code"] = err.code.name
+            self._metrics.requests.add(1, attrs)
+            self._refused(ep, "publish", err, len(request), caller)
+            await context.abort_with_status(rpc_status_of(err))
+        gateway = caller
+        assert gateway is not None  # abort_with_status raised otherwise
+        try:
+            parent = propagate.extract(dict(context.invocation_metadata() or ()))
+            with self._tracer.start_as_current_span(
+                f"{SERVICE_NAME}/{ep.publish_method}", context=parent, kind=SpanKind.SERVER
+            ) as span:
+                try:
+                    _, results = await self._write_frame(
+                        ep, request, wire.publish_deserializer, gateway, context.time_remaining()
+                    )
+                    return ep.publish_response(results=results)
+                except IngestError as err:
+                    attrs["code"] = err.code.name
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
+                    self._refused(ep, "publish", err, len(request), gateway)
+                    await context.abort_with_status(rpc_status_of(err))
+        finally:
+            self._admission.leave_rpc()
+            self._metrics.requests.add(1, attrs)
+            self._metrics.request_duration.record(time.perf_counter() - started, attrs)
         raise AssertionError("unreachable: abort_with_status raises")
 
     async def _stream(
         self,
         ep: Endpoint,
-        frames: AsyncIterator[wire.RawFrame],
+        frames: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[object]:
+        caller: Gateway | None = None
         try:
-            gateway = self._authenticate(context)
+            caller = self._authenticate(context)
+            self._admission.enter_stream()
         except IngestError as err:
             self._metrics.requests.add(
                 1, {"endpoint": ep.name, "method": "stream", "code": err.code.name}
             )
-            self._log_call_error(ep, err)
+            self._refused(ep, "stream", err, 0, caller)
             await context.abort_with_status(rpc_status_of(err))
             return
+        gateway = caller
         # A frame holds its window slot until its answer is handed to gRPC, so a gateway
         # that sends but does not read answers stops being read, instead of piling up
         # answers here.
         window = asyncio.Semaphore(self._settings.stream_max_inflight_frames)
         answers: asyncio.Queue[object | None] = asyncio.Queue()
-        reader = asyncio.create_task(self._read_frames(ep, frames, gateway, answers, window))
+        reader = asyncio.create_task(
+            self._read_frames(ep, frames, gateway, answers, window, context)
+        )
         stop_reading = asyncio.create_task(self._draining.wait())
         stop_reading.add_done_callback(lambda _: reader.cancel())
         try:
@@ -185,15 +211,17 @@ class IngestServicer:
         finally:
             stop_reading.cancel()
             reader.cancel()
+            self._admission.leave_stream()
             self._metrics.requests.add(1, {"endpoint": ep.name, "method": "stream", "code": "OK"})
 
     async def _read_frames(
         self,
         ep: Endpoint,
-        frames: AsyncIterator[wire.RawFrame],
+        frames: AsyncIterator[bytes],
         gateway: Gateway,
         answers: asyncio.Queue[object | None],
         window: asyncio.Semaphore,
+        context: grpc.aio.ServicerContext,
     ) -> None:
         """Answer frames concurrently, reading a new one only while the window has room.
 
@@ -202,9 +230,9 @@ class IngestServicer:
         """
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(frame: wire.RawFrame) -> None:
+        async def answer(frame: bytes) -> None:
             try:
-                result = await self._stream_answer(ep, frame, gateway)
+                result = await self._stream_answer(ep, frame, gateway, context)
             except BaseException:
                 window.release()
                 raise
@@ -223,19 +251,35 @@ class IngestServicer:
                 await asyncio.gather(*running, return_exceptions=True)
             answers.put_nowait(None)
 
-    async def _stream_answer(self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway) -> object:
+    async def _stream_answer(
+        self, ep: Endpoint, data: bytes, gateway: Gateway, context: grpc.aio.ServicerContext
+    ) -> object:
         started = time.perf_counter()
         code = grpc.StatusCode.OK
+        # Each frame gets its own deadline, shorter than the gateway's frame timeout, so the
+        # answer (an error included) arrives before the gateway gives up and resends.
+        time_left = self._settings.stream_frame_timeout_seconds
+        stream_left = context.time_remaining()
+        if stream_left is not None:
+            time_left = min(time_left, stream_left)
         with self._tracer.start_as_current_span(
             f"{SERVICE_NAME}/{ep.stream_method} frame", kind=SpanKind.SERVER
         ):
             try:
-                results = await self._write_frame(ep, frame, gateway, None)
+                frame, results = await self._write_frame(
+                    ep, data, wire.stream_deserializer, gateway, time_left
+                )
             except IngestError as err:
                 code = err.code
-                self._log_call_error(ep, err)
-                results = [error_result("", err)] if frame.error else []
-                results += [error_result(_message_id(raw), err) for raw in frame.messages]
+                frame = wire.stream_deserializer(data)  # the frame id and message count
+                if isinstance(err, OverloadedError):
+                    # Refused unparsed: results by position (an empty id), one per message.
+                    self._refused(ep, "stream", err, len(data), gateway)
+                    results = [error_result("", err) for _ in frame.messages or [b""]]
+                else:
+                    self._log_call_error(ep, err)
+                    results = [error_result("", err)] if frame.error else []
+                    results += [error_result(_message_id(raw), err) for raw in frame.messages]
         attrs = {"endpoint": ep.name, "method": "stream", "code": code.name}
         self._metrics.request_duration.record(time.perf_counter() - started, attrs)
         return ep.stream_response(frame_id=frame.frame_id, results=results)
@@ -257,6 +301,8 @@ class IngestServicer:
                 reason="BATCH_SIZE_OUT_OF_RANGE",
                 field_violations=[("messages", f"must have 1 to {limit} entries")],
             )
+
+    def _check_ready(self) -> None:
         if self._draining.is_set():
             raise ShuttingDownError(
                 "this ingest replica is shutting down; retry (another replica will answer)",
@@ -268,28 +314,50 @@ class IngestServicer:
             )
 
     async def _write_frame(
-        self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway, time_remaining: float | None
-    ) -> list[api.MessageResult]:
-        """Write every valid message of a frame; return one result per message."""
-        self._check_frame(frame)
-        budget_s = self._settings.produce_timeout_seconds
-        if time_remaining is not None:
-            budget_s = max(0.0, min(budget_s, time_remaining - _ANSWER_MARGIN_S))
-        deadline = asyncio.get_running_loop().time() + budget_s
-        self._budget.acquire(frame.size)
-        self._inflight_requests += 1
+        self,
+        ep: Endpoint,
+        data: bytes,
+        split: Callable[[bytes], wire.RawFrame],
+        gateway: Gateway,
+        time_remaining: float | None,
+    ) -> tuple[wire.RawFrame, list[api.MessageResult]]:
+        """Admit a request, then write every valid message of it; one result per message."""
+        self._check_ready()
+        time_left = None if time_remaining is None else time_remaining - _ANSWER_MARGIN_S
+        self._admission.check_deadline(time_left)
+        ticket = self._admission.admit(gateway, len(data))
+        unacked: list[asyncio.Future] = []
         try:
-            results = await self._produce_all(ep, frame, gateway, deadline)
+            frame = split(data)
+            self._check_frame(frame)
+            budget_s = self._settings.produce_timeout_seconds
+            if time_left is not None:
+                budget_s = max(0.0, min(budget_s, time_left))
+            deadline = asyncio.get_running_loop().time() + budget_s
+            self._inflight_requests += 1
+            try:
+                results = await self._produce_all(ep, frame, gateway, deadline, unacked)
+            finally:
+                self._inflight_requests -= 1
         finally:
-            self._budget.release(frame.size)
-            self._inflight_requests -= 1
+            _release_when_acked(ticket, unacked)
         self._record_messages(ep, frame, results)
         _raise_if_nothing_written(results)
-        return results
+        return frame, results
 
     async def _produce_all(
-        self, ep: Endpoint, frame: wire.RawFrame, gateway: Gateway, deadline: float
+        self,
+        ep: Endpoint,
+        frame: wire.RawFrame,
+        gateway: Gateway,
+        deadline: float,
+        unacked: list[asyncio.Future],
     ) -> list[api.MessageResult]:
+        """Produce a frame's valid messages; wait for their acks until ``deadline``.
+
+        ``unacked`` receives the records still in the producer's queue at the deadline:
+        their bytes stay counted until the producer is done with them.
+        """
         loop = asyncio.get_running_loop()
         results: list[api.MessageResult | None] = [None] * len(frame.messages)
         pending: list[tuple[int, str, asyncio.Future]] = []
@@ -339,9 +407,14 @@ class IngestServicer:
                 await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
             for i, message_id, future in pending:
                 results[i] = _ack_result(message_id, future)
-        self._metrics.produce_duration.record(
-            time.perf_counter() - produce_started, {"topic": ep.topic}
-        )
+                if not future.done():
+                    unacked.append(future)
+        produce_s = time.perf_counter() - produce_started
+        self._metrics.produce_duration.record(produce_s, {"topic": ep.topic})
+        if pending and all(r is not None and r.code == 0 for r in results):
+            # Only writes that all succeeded teach the deadline check how long one takes
+            # now: timeouts during a broker stall must not make it refuse every call.
+            self._admission.produce_time.record(produce_s)
         return [r for r in results if r is not None]
 
     def _admit(
@@ -383,6 +456,33 @@ class IngestServicer:
             self._metrics.messages.add(count, attrs)
             self._metrics.received_bytes.add(size, attrs)
 
+    def _refused(
+        self,
+        ep: Endpoint,
+        method: str,
+        err: IngestError,
+        nbytes: int,
+        gateway: Gateway | None,
+    ) -> None:
+        """Count a refusal by gateway and limit (overload), or log the call's error."""
+        if not isinstance(err, OverloadedError):
+            self._log_call_error(ep, err)
+            return
+        attrs = {
+            "endpoint": ep.name,
+            "method": method,
+            "gateway": gateway.gateway_id if gateway else "",
+            "limit": err.limit,
+        }
+        self._metrics.refused_calls.add(1, attrs)
+        self._metrics.refused_bytes.add(nbytes, attrs)
+        # Not a log line per refusal: under overload that would be most calls. The
+        # metrics carry the counts; debug level shows each one when asked for.
+        log.debug(
+            err.message,
+            extra={"endpoint": ep.name, "code": err.code.name, "limit": err.limit, **attrs},
+        )
+
     def _log_call_error(self, ep: Endpoint, err: IngestError) -> None:
         level = logging.WARNING if err.infrastructure else logging.INFO
         log.log(
@@ -411,6 +511,23 @@ def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
     return api.MessageResult(
         message_id=message_id, code=0, partition=md.partition, offset=md.offset
     )
+
+
+def _release_when_acked(ticket: Ticket, unacked: list[asyncio.Future]) -> None:
+    """Release a call's bytes now, or once the producer is done with its last record."""
+    if not unacked:
+        ticket.release()
+        return
+    left = len(unacked)
+
+    def one_done(_future: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            ticket.release()
+
+    for future in unacked:
+        future.add_done_callback(one_done)
 
 
 def _swallow(future: asyncio.Future) -> None:

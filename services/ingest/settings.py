@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,12 @@ from headwater.settings_env import SettingError, env_bool, env_float, env_int, e
 CONTRACT_MAX_PAYLOAD_BYTES = 262_144
 CONTRACT_MAX_BATCH_MESSAGES = 500
 
+
+#: The gateway library's default frame timeout (``GatewayConfig.call_timeout_s``): stream
+#: frames must be answered before it.
+GATEWAY_FRAME_TIMEOUT_SECONDS = 10.0
+
+log = logging.getLogger(__name__)
 
 #: The produce clients the service can use (``HEADWATER_INGEST_PRODUCER``).
 PRODUCERS = ("confluent", "aiokafka")
@@ -35,8 +42,26 @@ class IngestSettings:
     # 8 MiB is ~0.7 s of work at this service's measured capacity: overload is shed as
     # RESOURCE_EXHAUSTED instead of queued (64 MiB grew RSS by 267 MB; docs/benchmarks.md).
     max_inflight_bytes: int = 8 * 1024 * 1024
+    #: Publish calls served at once; more are answered RESOURCE_EXHAUSTED, never queued.
+    #: Counted by the service itself, so health and reflection are never refused by it.
     max_concurrent_rpcs: int = 1024
+    #: Open streams per process: a separate limit, because a stream is held for hours
+    #: (~512 gateways with a telemetry and an alarms stream each fit the default).
+    max_streams: int = 1024
     stream_max_inflight_frames: int = 8
+    #: Server-side deadline of one stream frame: below the gateway's 10 s frame timeout
+    #: (``HEADWATER_GATEWAY_CALL_TIMEOUT_SECONDS``), so the answer arrives before it resends.
+    stream_frame_timeout_seconds: float = 8.0
+    #: A call with less time left than this is refused unstarted: a produce with acks=all
+    #: needs at least linger plus a broker round trip.
+    min_deadline_ms: int = 100
+    #: Per-gateway rate (request bytes per second, burst of one second); 0 turns it off.
+    #: 4 MiB/s is ~4,000 messages of 1 KiB: a site draining its spool, not the whole tier.
+    gateway_rate_bytes_per_second: int = 4 * 1024 * 1024
+    #: Per-gateway share of the in-flight bytes; 0 turns it off. A gateway holding nothing
+    #: is always admitted (subject to the process bound), so one request of any allowed
+    #: size passes.
+    gateway_max_inflight_bytes: int = 2 * 1024 * 1024
     overload_retry_delay_ms: int = 250
     produce_timeout_seconds: float = 10.0
     drain_grace_seconds: float = 20.0
@@ -73,8 +98,24 @@ class IngestSettings:
             max_concurrent_rpcs=env_int(
                 env, "HEADWATER_INGEST_MAX_CONCURRENT_RPCS", cls.max_concurrent_rpcs, 1
             ),
+            max_streams=env_int(env, "HEADWATER_INGEST_MAX_STREAMS", cls.max_streams, 1),
             stream_max_inflight_frames=env_int(
                 env, "HEADWATER_INGEST_STREAM_MAX_INFLIGHT_FRAMES", 8, 1
+            ),
+            stream_frame_timeout_seconds=env_float(
+                env,
+                "HEADWATER_INGEST_STREAM_FRAME_TIMEOUT_SECONDS",
+                cls.stream_frame_timeout_seconds,
+                0.1,
+            ),
+            min_deadline_ms=env_int(env, "HEADWATER_INGEST_MIN_DEADLINE_MS", cls.min_deadline_ms),
+            gateway_rate_bytes_per_second=env_int(
+                env,
+                "HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND",
+                cls.gateway_rate_bytes_per_second,
+            ),
+            gateway_max_inflight_bytes=env_int(
+                env, "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES", cls.gateway_max_inflight_bytes
             ),
             overload_retry_delay_ms=env_int(env, "HEADWATER_INGEST_OVERLOAD_RETRY_DELAY_MS", 250),
             produce_timeout_seconds=env_float(
@@ -116,6 +157,23 @@ class IngestSettings:
                 f"HEADWATER_INGEST_MAX_INFLIGHT_BYTES={self.max_inflight_bytes} is below "
                 f"HEADWATER_INGEST_MAX_REQUEST_BYTES={self.max_request_bytes}: the largest "
                 "allowed request could never be admitted; raise the first or lower the second"
+            )
+        if self.gateway_max_inflight_bytes > self.max_inflight_bytes:
+            raise SettingError(
+                f"HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES={self.gateway_max_inflight_bytes} "
+                f"exceeds HEADWATER_INGEST_MAX_INFLIGHT_BYTES={self.max_inflight_bytes}: a "
+                "gateway's share cannot be larger than the whole; lower the first"
+            )
+        if self.stream_frame_timeout_seconds >= GATEWAY_FRAME_TIMEOUT_SECONDS:
+            # Not an error (gateways may be configured longer), but the default gateways
+            # would give up first and resend frames this process is still writing.
+            log.warning(
+                "HEADWATER_INGEST_STREAM_FRAME_TIMEOUT_SECONDS is not below the gateways' "
+                "default frame timeout; gateways may resend frames before they are answered",
+                extra={
+                    "stream_frame_timeout_s": self.stream_frame_timeout_seconds,
+                    "gateway_frame_timeout_s": GATEWAY_FRAME_TIMEOUT_SECONDS,
+                },
             )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise SettingError(

@@ -101,11 +101,17 @@ def to_rpc_status(err: IngestError) -> grpc.Status:
             )
         )
     if isinstance(err, OverloadedError):
+        info.metadata["limit"] = err.limit
+        info.metadata["subject"] = err.subject
         details.append(
             error_details_pb2.QuotaFailure(
                 violations=[
                     error_details_pb2.QuotaFailure.Violation(
-                        subject="ingest-process", description=err.message
+                        subject=err.subject,
+                        description=err.message,
+                        quota_id=err.limit,
+                        quota_metric=err.setting,
+                        quota_value=err.limit_value,
                     )
                 ]
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -112,9 +113,30 @@ class DeviceMessageValidator:
                     f"{self.max_payload_bytes}",
                 )
             )
-        if msg.HasField("device_time") and not 0 <= msg.device_time.seconds < 253402300800:
-            found.append(("device_time", "must be between 1970-01-01 and 9999-12-31"))
+        if msg.HasField("device_time"):
+            found += _timestamp_violations("device_time", msg.device_time)
+        if msg.sequence > MAX_SEQUENCE:
+            found.append(("sequence", f"is {msg.sequence}; at most {MAX_SEQUENCE} allowed"))
         return found
+
+
+#: The largest sequence downstream can hold: the enricher's signed 64-bit column.
+MAX_SEQUENCE = 2**63 - 1
+
+
+#: 9999-12-31T23:59:59Z + 1s: the end of the range a protobuf Timestamp may hold.
+_MAX_SECONDS = 253402300800
+
+
+def _timestamp_violations(name: str, ts: Any) -> list[tuple[str, str]]:
+    # The enricher converts the timestamp (ToMilliseconds), which raises outside these
+    # ranges; checking here keeps such a message from ever reaching the topic.
+    found = []
+    if not 0 <= ts.seconds < _MAX_SECONDS:
+        found.append((name, "must be between 1970-01-01 and 9999-12-31"))
+    if not 0 <= ts.nanos <= 999_999_999:
+        found.append((f"{name}.nanos", f"is {ts.nanos}; must be 0-999999999"))
+    return found
 
 
 def batch_size_limits() -> tuple[int, int]:

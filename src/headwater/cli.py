@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "headwater.devstack.cli",
     "headwater.ingest.cli",
     "headwater.enricher.cli",
+    "headwater.enricher.normalize_cli",
     "headwater.topics_cli",
     "headwater.ops.cli",
     "headwater.gateway.cli",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.settings_env import SettingError, env_bool, env_int, env_str
+from headwater.settings_env import SettingError, env_int, env_str
 
 
 @dataclass(frozen=True)
@@ -15,8 +16,6 @@ class KafkaSettings:
     """Connection and producer settings shared by the services."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
-    #: Idempotent producer; on for real Kafka. Only the embedded dev broker needs it off.
-    enable_idempotence: bool = True
     linger_ms: int = 5
     compression_type: str = "none"
     security_protocol: str = "PLAINTEXT"
@@ -37,7 +36,6 @@ class KafkaSettings:
             )
         return cls(
             bootstrap_servers=env_str(env, "HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-            enable_idempotence=env_bool(env, "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE", True),
             linger_ms=env_int(env, "HEADWATER_KAFKA_LINGER_MS", 5),
             compression_type=compression,
             security_protocol=env_str(env, "HEADWATER_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
@@ -62,6 +60,27 @@ class KafkaSettings:
             kwargs["ssl_context"] = create_ssl_context(cafile=self.ssl_cafile or None)
         return kwargs
 
+    def java_config(self) -> dict[str, str]:
+        """Return the Java client properties for connection and security (Spark's connector)."""
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if self.sasl_mechanism == "PLAIN"
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            user, password = (_jaas_quote(v) for v in (self.sasl_username, self.sasl_password))
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.jaas.config"] = f"{module} required username={user} password={password};"
+        if self.ssl_cafile:
+            # PEM trust stores need no keytool step (Java client 2.7+).
+            conf["ssl.truststore.type"] = "PEM"
+            conf["ssl.truststore.location"] = self.ssl_cafile
+        return conf
+
     def confluent_config(self) -> dict[str, Any]:
         """Return the librdkafka configuration for connection and security."""
         conf: dict[str, Any] = {
@@ -77,3 +96,8 @@ class KafkaSettings:
         if self.ssl_cafile:
             conf["ssl.ca.location"] = self.ssl_cafile
         return conf
+
+
+def _jaas_quote(value: str) -> str:
+    """Return ``value`` as a double-quoted JAAS option value (JAAS quotes like JSON)."""
+    return json.dumps(value, ensure_ascii=False)

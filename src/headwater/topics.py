@@ -25,6 +25,16 @@ DEVICE_STATE_TOPIC = "state.devices.v1"
 MASTER_DEVICES_TOPIC = "master.devices.v1"
 
 
+def scoped_key(tenant: str, device_id: str) -> str:
+    """Return the key of a compacted per-device record (master data, device state).
+
+    Device ids are unique per tenant only, so a compacted topic keyed by the device id
+    alone would let one tenant's record replace another's: "<tenant>/<device_id>".
+    Device ids hold no "/". A record without a tenant is keyed by the device id.
+    """
+    return f"{tenant}/{device_id}" if tenant else device_id
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """The desired shape of one topic."""

@@ -12,12 +12,16 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """A local[2] Spark session with the RocksDB state store and our Kafka source."""
+def spark(kafka_bootstrap: str) -> Iterator[object]:
+    """A local[2] Spark session: RocksDB state store, Spark's Kafka connector and ours.
+
+    It asks for the broker so that the broker outlives it: the sink's producers in the
+    Python workers would otherwise log connection failures until Spark stops.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from headwater.enricher.job import register_sources
+    from headwater.enricher.job import connector_jars, register_sources
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -28,9 +32,13 @@ def spark() -> Iterator[object]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars", connector_jars())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    # The streaming query manager registers the state store coordinator; batch
+    # transformWithState (unit tests on small frames) needs it but does not create it.
+    assert session.streams.active == []
     register_sources(session)
     yield session
     session.stop()

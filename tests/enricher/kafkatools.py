@@ -19,12 +19,14 @@ from headwater.enricher.settings import EnricherTopics
 from headwater.kafka_admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import TopicSpec
+from headwater.topics import TopicSpec, scoped_key
 
 ACME = "application/vnd.acme.telemetry.v1+json"
 GLOBEX = "application/vnd.globex.telemetry.v2+json"
 INITECH = "text/vnd.initech.telemetry.v1+csv"
 ALARM = "application/vnd.acme.alarm.v1+json"
+#: The tenant of test messages (``Msg.tenant``) and master records unless told otherwise.
+TENANT = "acme-tenant"
 
 
 def make_topics(bootstrap: str, partitions: int = 2) -> EnricherTopics:
@@ -46,6 +48,7 @@ class Msg:
     sequence: int = 1
     device_time_ms: int = 1_700_000_000_000
     endpoint: str = "telemetry"
+    tenant: str = "acme-tenant"
 
 
 def envelope(m: Msg) -> bytes:
@@ -64,7 +67,7 @@ def ingest_headers(m: Msg, received_ms: int | None = None) -> list[tuple[str, by
     return [
         (rh.MESSAGE_ID, m.message_id.encode()),
         (rh.GATEWAY_ID, b"gw-001"),
-        (rh.TENANT, b"acme-tenant"),
+        (rh.TENANT, m.tenant.encode()),
         (rh.CONTENT_TYPE, m.content_type.encode()),
         (rh.RECEIVED_AT_MS, str(received_ms or int(time.time() * 1000)).encode()),
         (rh.ENDPOINT, m.endpoint.encode()),
@@ -103,13 +106,26 @@ def ingest(
 
 
 def master(
-    bootstrap: str, topics: EnricherTopics, device_id: str, site: str = "plant-1", area: str = "A1"
+    bootstrap: str,
+    topics: EnricherTopics,
+    device_id: str,
+    site: str = "plant-1",
+    area: str = "A1",
+    tenant: str = TENANT,
 ) -> None:
+    """Produce the master record of ``device_id`` of ``tenant`` (key "<tenant>/<device>")."""
     p = producer(bootstrap)
     dm = device_master_pb2.DeviceMaster(
-        device_id=device_id, site=site, area_code=area, vendor_format="acme.v1+json", model="m1"
+        device_id=device_id,
+        site=site,
+        area_code=area,
+        vendor_format="acme.v1+json",
+        model="m1",
+        tenant=tenant,
     )
-    p.produce(topics.master, key=device_id.encode(), value=dm.SerializeToString())
+    p.produce(
+        topics.master, key=scoped_key(tenant, device_id).encode(), value=dm.SerializeToString()
+    )
     assert p.flush(30) == 0
 
 
@@ -221,3 +237,18 @@ def start_enricher(
         stderr=(workdir / log_name).open("ab"),
         start_new_session=True,  # its own group: SIGKILL reaches the JVM too
     )
+
+
+def committed_past(checkpoint: str, topic: str, offset: int) -> bool:
+    """Return True once the query's checkpoint committed a batch that ends at ``offset`` or later.
+
+    Completions are visible as soon as a task's sink wrote them, before Spark commits the
+    batch; a test that stops the query then makes it replay the batch on the next start.
+    """
+    from headwater.ops.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        rows = read_checkpoint(checkpoint).rows()
+    except CheckpointError:
+        return False
+    return any(r["topic"] == topic and int(str(r["next_offset"])) >= offset for r in rows)

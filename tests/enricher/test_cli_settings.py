@@ -26,7 +26,6 @@ def test_from_env_reads_every_setting() -> None:
             "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
             "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": "s3a://b/cp",
             "HEADWATER_ENRICHER_STARTING_OFFSETS": "Latest",
-            "HEADWATER_ENRICHER_KAFKA_IO": "jvm",
             "HEADWATER_ENRICHER_MAX_RECORDS_PER_TRIGGER": "500",
             "HEADWATER_ENRICHER_TRIGGER_INTERVAL": "250ms",
             "HEADWATER_ENRICHER_MAX_ATTEMPTS": "7",
@@ -39,7 +38,7 @@ def test_from_env_reads_every_setting() -> None:
         "s3a://b/cp",
         "latest",
     )
-    assert (s.kafka_io, s.max_records_per_trigger, s.trigger_interval_seconds) == ("jvm", 500, 0.25)
+    assert (s.max_records_per_trigger, s.trigger_interval_seconds) == (500, 0.25)
     assert (s.max_attempts, s.dedup_window_seconds) == (7, 7200.0)
     assert s.topics.completions == "dev.completions.v1"
     with pytest.raises(dataclasses_frozen_error()):
@@ -56,7 +55,6 @@ def dataclasses_frozen_error() -> type[Exception]:
     ("name", "value"),
     [
         ("HEADWATER_ENRICHER_STARTING_OFFSETS", "newest"),
-        ("HEADWATER_ENRICHER_KAFKA_IO", "rust"),
         ("HEADWATER_ENRICHER_TRIGGER_INTERVAL", "soon"),
         ("HEADWATER_ENRICHER_MAX_ATTEMPTS", "0"),
     ],
@@ -110,7 +108,6 @@ def test_run_help_lists_the_options() -> None:
     ).stdout
     for flag in (
         "--starting-offsets",
-        "--kafka-io",
         "--max-seconds",
         "--dedup-window",
         "--checkpoint-location",
@@ -128,26 +125,18 @@ def test_no_checkpoint_and_no_starting_offsets_is_refused(spark, tmp_path) -> No
 
 
 @pytest.mark.spark
-def test_jvm_kafka_io_selects_sparks_own_connector(spark, tmp_path) -> None:
-    from pyspark.errors import AnalysisException
-
+def test_the_raw_stream_has_the_kafka_source_columns(spark, tmp_path) -> None:
     from headwater.enricher.job import read_ingest
 
-    s = EnricherSettings(
-        checkpoint_location=str(tmp_path / "cp"), starting_offsets="earliest", kafka_io="jvm"
-    )
-    try:
-        df = read_ingest(spark, s)
-    except AnalysisException as exc:  # this machine has no spark-sql-kafka-0-10 jar
-        assert "kafka" in str(exc).lower()
-    else:  # an image with the jar: the same columns as our source
-        assert df.columns == [
-            "key",
-            "value",
-            "topic",
-            "partition",
-            "offset",
-            "timestamp",
-            "timestampType",
-            "headers",
-        ]
+    s = EnricherSettings(checkpoint_location=str(tmp_path / "cp"), starting_offsets="earliest")
+    raw = read_ingest(spark, s)
+    assert raw.schema.fieldNames() == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]

@@ -22,9 +22,17 @@ T = EnricherTopics.with_prefix("u.")
 
 
 def test_event_id_is_stable_uuid5() -> None:
-    assert event_id("m1", 0) == event_id("m1", 0)
-    assert event_id("m1", 0) != event_id("m1", 1)
-    assert event_id("m1", 0)[14] == "5"  # version nibble
+    assert event_id("t", "d", "m1", 0) == event_id("t", "d", "m1", 0)
+    assert event_id("t", "d", "m1", 0) != event_id("t", "d", "m1", 1)
+    assert event_id("t", "d", "m1", 0)[14] == "5"  # version nibble
+
+
+def test_event_id_is_scoped_by_tenant_and_device() -> None:
+    # Message ids are unique per tenant and device only: counters are fine.
+    ids = {event_id(t, d, "1", 0) for t in ("ta", "tb") for d in ("d1", "d2")}
+    assert len(ids) == 4
+    # Parts cannot be shifted into one another to forge a collision.
+    assert event_id("a/b", "c", "m", 0) != event_id("a", "b/c", "m", 0)
 
 
 def test_build_events_copies_master_data_and_alarm() -> None:
@@ -46,14 +54,14 @@ def test_build_events_copies_master_data_and_alarm() -> None:
     (ev,) = build_events(msg, {"site": "plant-1", "area_code": "A7"})
     assert (ev.site, ev.area_code, ev.alarm.code, ev.alarm.severity) == ("plant-1", "A7", "E42", 3)
     assert ev.device_time.ToMilliseconds() == 5000
-    assert ev.event_id == event_id("m9", 0)
+    assert ev.event_id == event_id("t", "d", "m9", 0)
 
 
 def _master(device: str, offset: int) -> tuple:
     value = device_master_pb2.DeviceMaster(
-        device_id=device, site="plant-1", area_code="A1"
+        device_id=device, site="plant-1", area_code="A1", tenant="acme-tenant"
     ).SerializeToString()
-    return (device.encode(), value, T.master, 0, offset, None, 0, [])
+    return (f"acme-tenant/{device}".encode(), value, T.master, 0, offset, None, 0, [])
 
 
 def _ingest(m: Msg, offset: int) -> tuple:
@@ -78,10 +86,15 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
     got = out.select("topic", "role", "label", "event_id")
     expected = spark.createDataFrame(
         [
-            (T.event_topic("telemetry"), "event", "telemetry", event_id("m1", 0)),
+            (
+                T.event_topic("telemetry"),
+                "event",
+                "telemetry",
+                event_id("acme-tenant", "dev-1", "m1", 0),
+            ),
             (T.completions, "completion", "ENRICHED", None),
             (T.completions, "completion", "DUPLICATE", None),
-            (T.event_topic("alarm"), "event", "alarm", event_id("m2", 0)),
+            (T.event_topic("alarm"), "event", "alarm", event_id("acme-tenant", "dev-1", "m2", 0)),
             (T.completions, "completion", "ENRICHED", None),
             (T.state, "state", "snapshot", None),
             (T.retry, "retry", "MASTER_DATA_MISSING", None),

@@ -13,14 +13,18 @@ from pyspark.errors import StreamingQueryException
 
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.enricher import job
+from headwater.enricher.errors import explain_failure
 from headwater.enricher.settings import EnricherSettings
+from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import KafkaSettings
+from headwater.topics import TopicSpec
 from tests.enricher.kafkatools import (
     ACME,
     TERMINAL,
     Msg,
     TopicReader,
     acme,
+    committed_past,
     completions,
     ingest,
     make_topics,
@@ -101,15 +105,16 @@ def test_checkpoint_beyond_the_log_fails_loudly(spark, tmp_path: Path) -> None:
         reader = TopicReader(bs, topics.completions)
         reader.until(lambda r: len(r) >= 6, 90)
         reader.close()
+        deadline = time.monotonic() + 60
+        while not committed_past(s.checkpoint_location, topics.ingest[0], 6):
+            assert time.monotonic() < deadline, "the batch was never committed"
+            q.awaitTermination(0.2)
         q.stop()
         # The broker loses everything (as retention or a recreated topic would): the
         # checkpoint now points past the end of the new, shorter log.
         broker.stop()
         broker = EmbeddedBroker(port=broker.port, log_path=tmp_path / "broker2.log").start()
         make_topics_same = [*topics.ingest, topics.master, *topics.outputs()]
-        from headwater.kafka_admin import ensure_topics
-        from headwater.topics import TopicSpec
-
         ensure_topics(bs, [TopicSpec(n, 1, 1, {}) for n in make_topics_same])
         ingest(bs, topics, [Msg("g-new", "dev-1", ACME, acme(1, 1), 1)])
         q2 = job.start(spark, s, str(tmp_path / "stats.jsonl"))
@@ -118,9 +123,12 @@ def test_checkpoint_beyond_the_log_fails_loudly(spark, tmp_path: Path) -> None:
             while time.monotonic() < deadline:
                 q2.awaitTermination(1)
         assert not q2.isActive, "the query must stop, not skip"
-        message = str(failed.value)
-        assert "OffsetGapError" in message
+        message = explain_failure(str(failed.value))
+        assert f"{topics.ingest[0]}[0]" in message, message[:500]
         assert "recreated or truncated" in message, message[:500]
+        assert "headwater offsets checkpoint set-start" in message
         assert "HEADWATER_ENRICHER_STARTING_OFFSETS" in message
     finally:
+        for query in spark.streams.active:  # a failed assertion must not leave one running
+            query.stop()
         broker.stop()

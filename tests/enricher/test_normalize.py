@@ -25,8 +25,8 @@ def test_acme_telemetry_is_celsius_and_percent() -> None:
     out = normalize_message(ACME, acme(21.5, 40.1))
     assert out["event_type"] == "telemetry"
     assert out["measurements"] == [
-        {"name": "temperature", "value": 21.5, "unit": "celsius"},
-        {"name": "humidity", "value": 40.1, "unit": "percent"},
+        {"name": "temperature", "value": 21.5, "unit": "celsius", "time_ms": None},
+        {"name": "humidity", "value": 40.1, "unit": "percent", "time_ms": None},
     ]
 
 
@@ -41,10 +41,10 @@ def test_globex_converts_fahrenheit_psi_and_accepts_c_kpa() -> None:
     }
     out = normalize_message(GLOBEX, json.dumps(doc).encode())
     assert out["measurements"] == [
-        {"name": "temperature", "value": 21.5, "unit": "celsius"},
-        {"name": "pressure", "value": 101352.9279, "unit": "pascal"},
-        {"name": "temperature", "value": 20.0, "unit": "celsius"},
-        {"name": "pressure", "value": 101300.0, "unit": "pascal"},
+        {"name": "temperature", "value": 21.5, "unit": "celsius", "time_ms": None},
+        {"name": "pressure", "value": 101352.93221, "unit": "pascal", "time_ms": None},
+        {"name": "temperature", "value": 20.0, "unit": "celsius", "time_ms": None},
+        {"name": "pressure", "value": 101300.0, "unit": "pascal", "time_ms": None},
     ]
     assert out["source_format"] == "globex.telemetry.v2+json"
 
@@ -52,9 +52,9 @@ def test_globex_converts_fahrenheit_psi_and_accepts_c_kpa() -> None:
 def test_initech_csv_kelvin_ratio_millivolt() -> None:
     out = normalize_message(INITECH, b"294.65,0.401,3300\n")
     assert out["measurements"] == [
-        {"name": "temperature", "value": 21.5, "unit": "celsius"},
-        {"name": "humidity", "value": 40.1, "unit": "percent"},
-        {"name": "voltage", "value": 3.3, "unit": "volt"},
+        {"name": "temperature", "value": 21.5, "unit": "celsius", "time_ms": None},
+        {"name": "humidity", "value": 40.1, "unit": "percent", "time_ms": None},
+        {"name": "voltage", "value": 3.3, "unit": "volt", "time_ms": None},
     ]
 
 
@@ -79,6 +79,8 @@ def test_acme_alarm() -> None:
         (ACME, b'{"temp_c": "hot"}', "PAYLOAD_INVALID"),
         (ACME, b"[]", "PAYLOAD_INVALID"),
         (GLOBEX, b'{"readings": [{"k": "temperature", "v": 1, "u": "R"}]}', "UNIT_UNKNOWN"),
+        ("application json", b"{}", "CONTENT_TYPE_INVALID"),
+        (ACME, b'{"temp_c": NaN}', "PAYLOAD_INVALID"),
         (GLOBEX, b'{"readings": []}', "PAYLOAD_INVALID"),
         (INITECH, b"1,2", "PAYLOAD_INVALID"),
         (INITECH, b"a,b,c", "PAYLOAD_UNDECODABLE"),
@@ -133,7 +135,11 @@ def test_decode_then_normalize_on_a_batch_frame(spark) -> None:
         "error_stage",
         "error_reason",
     )
-    m = [("temperature", 21.5, "celsius"), ("humidity", 40.1, "percent"), ("voltage", 3.3, "volt")]
+    m = [
+        ("temperature", 21.5, "celsius", None),
+        ("humidity", 40.1, "percent", None),
+        ("voltage", 3.3, "volt", None),
+    ]
     expected = spark.createDataFrame(
         [
             (0, "dev-1", "m1", 7, 1000, "telemetry", m, None, None),
@@ -143,3 +149,32 @@ def test_decode_then_normalize_on_a_batch_frame(spark) -> None:
         got.schema,
     )
     assertDataFrameEqual(got, expected)
+
+
+def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
+    import random
+
+    from headwater.devstack import vendors
+    from headwater.devstack.fleet import build_fleet
+    from headwater.enricher.births import Definitions, apply_to_row
+
+    fleet = build_fleet(2, 5, random.Random(1))
+    spoken = {d.content_type for gw in fleet for d in gw.devices}
+    assert set(vendors.TELEMETRY_FORMATS) <= spoken
+    r = vendors.random_reading(random.Random(2))
+    defs = Definitions()
+    birth = normalize_message(vendors.SPARKPLUG_BIRTH, vendors.sparkplug_payload(r, birth=True))
+    apply_to_row(birth, defs)
+    data = normalize_message(vendors.SPARKPLUG_DATA, vendors.sparkplug_payload(r, birth=False))
+    got = {m["name"]: m["value"] for m in apply_to_row(data, defs)["measurements"]}
+    assert got == {
+        "Process/Temperature": r.temperature_c,
+        "Process/Pressure": r.pressure_pa,
+        "Supply/Voltage": r.voltage_v,
+    }
+    opc = normalize_message(vendors.OPCUA_PUBSUB, vendors.opcua_payload(r))
+    assert [m["value"] for m in opc["measurements"]] == [
+        r.temperature_c,
+        r.humidity_pct,
+        r.pressure_pa,
+    ]

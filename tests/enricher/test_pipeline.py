@@ -23,6 +23,7 @@ from tests.enricher.kafkatools import (
     ALARM,
     GLOBEX,
     INITECH,
+    TENANT,
     TERMINAL,
     Msg,
     TopicReader,
@@ -138,10 +139,10 @@ def test_known_messages_give_exact_outputs(kafka_bootstrap: str, running, tmp_pa
             assert (ev.event_id, ev.message_id) == (ref.event_id, c.message_id)
     by_id = {e.message_id: e for e in events.values()}
     assert sorted(by_id) == ["m1", "m2", "m3", "m4"]
-    assert by_id["m2"].event_id == event_id("m2", 0)
+    assert by_id["m2"].event_id == event_id(TENANT, "dev-2", "m2", 0)
     assert [(m.name, m.value, m.unit) for m in by_id["m2"].measurements] == [
         ("temperature", 21.5, "celsius"),
-        ("pressure", 101352.9279, "pascal"),
+        ("pressure", 101352.93221, "pascal"),
     ]
     assert (by_id["m2"].site, by_id["m2"].area_code, by_id["m4"].alarm.code) == (
         "plant-2",
@@ -211,7 +212,11 @@ def test_late_master_data_is_picked_up_by_a_retry(kafka_bootstrap: str, running,
         event_pb2.Event.FromString(m.value())
         for m in read_all(kafka_bootstrap, topics.event_topic("telemetry"))
     ]
-    assert (ev.site, ev.area_code, ev.event_id) == ("plant-9", "Z9", event_id("late-1", 0))
+    assert (ev.site, ev.area_code, ev.event_id) == (
+        "plant-9",
+        "Z9",
+        event_id(TENANT, "dev-late", "late-1", 0),
+    )
     reader.close()
 
 
@@ -242,6 +247,7 @@ def test_restart_from_checkpoint_loses_nothing(kafka_bootstrap: str, running, tm
             )
     # Repeats (a replayed batch) are identical: same outcome, same event ids.
     assert {mid: len(v) for mid, v in terminal.items()} == dict.fromkeys(wanted, 1)
+    device_of = {m.message_id: m.device_id for m in first + second}
     for mid, ((out, ids),) in terminal.items():
-        assert (out, ids) == ("OUTCOME_ENRICHED", (event_id(mid, 0),))
+        assert (out, ids) == ("OUTCOME_ENRICHED", (event_id(TENANT, device_of[mid], mid, 0),))
     reader.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "headwater"
 K8S = ROOT / "k8s"
-# CI checks out shared/ next to the repository.
-CRDS = ROOT.parent / "shared" / "crds"
+# The operators' CRD schemas as validation fixtures (scripts/crd_fixture.py writes them).
+CRD_SCHEMAS = Path(__file__).resolve().parent / "crd_schemas"
 KUBERNETES_VERSION = "1.33.0"
 RELEASE, NAMESPACE = "hw", "headwater"
 
@@ -86,16 +87,13 @@ def _strict(schema: Any) -> Any:
 
 
 def load_crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """{(apiVersion, kind): strict openAPIV3Schema} for every served version in shared/crds."""
-    assert CRDS.is_dir(), f"CRD schemas not found at {CRDS} (shared/ beside the repository)"
+    """{(apiVersion, kind): strict openAPIV3Schema} for every served version of every fixture."""
     schemas = {}
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            if version.get("served"):
-                schema = _strict(version["schema"]["openAPIV3Schema"])
-                schemas[(f"{group}/{version['name']}", kind)] = schema
+    for path in sorted(CRD_SCHEMAS.glob("*.json")):
+        crd = json.loads(path.read_text())
+        for version, schema in crd["versions"].items():
+            schemas[(f"{crd['group']}/{version}", crd["kind"])] = _strict(schema)
+    assert schemas, f"no CRD schema fixtures in {CRD_SCHEMAS}"
     return schemas
 
 

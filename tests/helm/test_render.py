@@ -268,3 +268,14 @@ def test_helm_test_pod_checks_grpc_health():
 def test_notes_name_the_endpoint():
     notes = render_files({})["headwater/templates/NOTES.txt"]
     assert f"{RELEASE}-headwater-ingest.{NAMESPACE}.svc:50051" in notes
+
+
+def test_enricher_gets_starting_offsets_only_when_a_person_sets_them():
+    # A permanent default would let a lost checkpoint replay the retention silently.
+    def config(values: dict[str, Any]) -> dict[str, str]:
+        objects = render(values)
+        return one(objects, "ConfigMap", f"{RELEASE}-headwater-enricher")["data"]
+
+    assert "HEADWATER_ENRICHER_STARTING_OFFSETS" not in config({})
+    explicit = config({"enricher": {"startingOffsets": "earliest"}})
+    assert explicit["HEADWATER_ENRICHER_STARTING_OFFSETS"] == "earliest"

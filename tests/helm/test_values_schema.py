@@ -14,7 +14,7 @@ from .conftest import render
         ({"ingest": {"replicaz": 2}}, "additional properties 'replicaz' not allowed"),
         ({"ingest": {"replicas": -1}}, "/ingest/replicas"),
         ({"enricher": {"executor": {"instances": 0}}}, "/enricher/executor/instances"),
-        ({"enricher": {"kafkaIO": "spark"}}, "/enricher/kafkaIO"),
+        ({"enricher": {"kafkaIO": "jvm"}}, "additional properties 'kafkaIO' not allowed"),
         ({"enricher": {"startingOffsets": "none"}}, "/enricher/startingOffsets"),
         ({"enricher": {"driver": {"memory": "2GB"}}}, "/enricher/driver/memory"),
         ({"image": {"tag": "latest"}}, "/image/tag"),

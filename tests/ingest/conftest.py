@@ -83,7 +83,7 @@ def ingest_settings(kafka_bootstrap: str, tokens_file: Path, ingest_topics: None
         tokens_file=str(tokens_file),
         produce_timeout_seconds=5.0,
         drain_grace_seconds=2.0,
-        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap, enable_idempotence=False),
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
     )
 
 

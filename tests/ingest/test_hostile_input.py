@@ -72,7 +72,7 @@ def channel(kafka_bootstrap, ingest_topics, tmp_path_factory) -> Iterator[grpc.C
         tokens_file=str(tokens),
         max_request_bytes=MAX_REQUEST_BYTES,
         drain_grace_seconds=1.0,
-        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap, enable_idempotence=False),
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
     )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hostile-ingest", daemon=True)
@@ -286,7 +286,9 @@ HUGE = 200_000
         ({"attributes": {"k": "v" * HUGE}}, INVALID.value[0]),
         ({"payload": b"p" * 262_145}, INVALID.value[0]),
         ({"payload": b"p" * 262_144}, 0),  # exactly the contract's limit
-        ({"sequence": 2**64 - 1}, 0),
+        # The enricher keeps sequences in a signed 64-bit column.
+        ({"sequence": 2**63 - 1}, 0),
+        ({"sequence": 2**63}, INVALID.value[0]),
     ],
     ids=[
         "message_id",
@@ -298,6 +300,7 @@ HUGE = 200_000
         "payload over",
         "payload at limit",
         "max sequence",
+        "sequence over",
     ],
 )
 def test_huge_fields_are_per_message_errors(channel, fields, expected):
@@ -491,7 +494,6 @@ def small_budget_ingest(kafka_bootstrap, ingest_topics, tmp_path) -> Iterator[Su
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",
         "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
         "HEADWATER_INGEST_METRICS_PORT": "0",
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",

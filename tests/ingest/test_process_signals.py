@@ -82,7 +82,6 @@ def spawn(kafka_bootstrap: str, log_path: Path) -> IngestProcess:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",
         "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
         "HEADWATER_INGEST_METRICS_PORT": "0",
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",

@@ -12,9 +12,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from headwater.devstack.readback import read_topic
+from headwater.kafka_admin import ensure_topics
 from headwater.ops import dlq
 from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+from headwater.topics import TopicSpec
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,7 +33,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0)
     producer = Producer({"bootstrap.servers": bootstrap})
     for value in values:
         producer.produce(topic, value, partition=partition)
-        producer.flush(10)  # one record per batch: the embedded broker's watermark is exact
+    assert producer.flush(10) == 0
 
 
 def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
@@ -104,7 +106,7 @@ def test_offsets_reset_is_refused_while_the_group_is_active(kafka_bootstrap, top
     )
     consumer.subscribe([topic])
     try:
-        deadline = time.monotonic() + 60  # the embedded broker's first rebalance is slow
+        deadline = time.monotonic() + 60
         while consumer.poll(0.5) is None and time.monotonic() < deadline:
             pass
         consumer.commit(asynchronous=False)
@@ -177,6 +179,8 @@ def test_dlq_redrive_dry_run_then_execute_with_audit_headers(kafka_bootstrap, to
     assert skipped[0].skipped_reason == "source is not an ingest topic"
     letter = records[0].letter
     letter.source.topic = "ingest.telemetry.v1"
+    # The broker creates no topic on first use: the ingest topic exists, as in production.
+    ensure_topics(kafka_bootstrap, [TopicSpec("ingest.telemetry.v1", 1, 1)])
     dry = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True)
     assert dry[0].sent is False and not dry[0].skipped_reason
     sent = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)

@@ -1,8 +1,7 @@
 """Subscriber tests: records made with the generated classes, on the session's real broker.
 
-Every subscriber joins a consumer group, which takes seconds on the embedded broker
-(docs/embedded-broker.md), so each test joins as few times as it can and every wait is
-bounded.
+Every subscriber joins a consumer group, so each test joins as few times as it can, and
+every wait is bounded.
 """
 
 from __future__ import annotations
@@ -16,9 +15,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import KafkaSettings
 from headwater.proto.events.v1 import completion_pb2, event_pb2
 from headwater.subscriber import Subscriber, SubscriberSettings
+from headwater.topics import TopicSpec
 
 Record = bytes | tuple[bytes, list[tuple[str, str | bytes | None]]]
 
@@ -70,20 +71,24 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> li
         consumer.close()
 
 
-def new_group() -> str:
-    """Return a consumer group id no test used before."""
-    return f"g-{uuid.uuid4().hex[:10]}"
+def new_group(bootstrap: str) -> str:
+    """Return a consumer group id no test used before, with its dead-letter topic created.
+
+    The broker creates no topic on first use (as production clusters should not), and the
+    subscriber refuses to start without its dead-letter topic.
+    """
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    ensure_topics(bootstrap, [TopicSpec(f"{group}.deadletter.v1", 1, 1)])
+    return group
 
 
 @pytest.fixture
 def kafka(kafka_bootstrap: str) -> KafkaSettings:
     """Connection settings for the session broker."""
-    # aiokafka's idempotent producer fails on the embedded broker (docs/embedded-broker.md).
-    return KafkaSettings(bootstrap_servers=kafka_bootstrap, enable_idempotence=False)
+    return KafkaSettings(bootstrap_servers=kafka_bootstrap)
 
 
 #: The smallest session timeout real Kafka accepts by default (group.min.session.timeout.ms).
-#: The embedded broker's join takes about half the session timeout, so tests use it.
 TEST_SESSION_TIMEOUT_S = 6.0
 
 

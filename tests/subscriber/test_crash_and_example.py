@@ -22,7 +22,6 @@ from .conftest import TEST_SESSION_TIMEOUT_S, committed, completion, new_group, 
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "completion_subscriber.py"
 ENV = os.environ | {
-    "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",  # the embedded broker
     "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_S": str(TEST_SESSION_TIMEOUT_S),
 }
 
@@ -51,7 +50,7 @@ async def handle(delivery):
 
 async def main():
     dedup = (CrashingDedup if int(crash_at) else SqliteDedup)(f"{workdir}/dedup.db")
-    kafka = KafkaSettings(bootstrap_servers=bootstrap, enable_idempotence=False)
+    kafka = KafkaSettings(bootstrap_servers=bootstrap)
     # start= only on the first run: the second must resume from what was committed.
     settings = SubscriberSettings(
         group, (topic,), start="earliest" if int(crash_at) else None, session_timeout_s=6
@@ -92,7 +91,7 @@ async def test_crash_between_handling_and_commit_is_absorbed_by_the_sqlite_dedup
 ):
     topic = topic_factory("completions")
     produce(kafka_bootstrap, topic, [completion(f"m{i}") for i in range(400)])
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     common = [kafka_bootstrap, topic, group, str(tmp_path)]
     code, _, err = await _python("-c", WORKER, *common, "150", "400")
     assert code == -signal.SIGKILL, err[-2000:]  # killed on purpose after the 150th
@@ -152,7 +151,7 @@ async def test_example_service_counts_completions_per_device_and_outcome(
         + [completion("d1", "acme-0", outcome=dead)]
         + [completion("m0", "acme-0")],  # a replay: not counted again
     )
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(EXAMPLE),

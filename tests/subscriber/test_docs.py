@@ -40,7 +40,6 @@ async def _run_block(
         cwd=workdir,
         env=os.environ
         | {
-            "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",  # the embedded broker
             "HEADWATER_SUBSCRIBER_START": "earliest",  # these groups are new
             "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_S": str(TEST_SESSION_TIMEOUT_S),
         }
@@ -114,7 +113,7 @@ async def test_the_examples_run(kafka_bootstrap, topic_factory, tmp_path):
             tmp_path / "completions",
             {
                 "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-                "HEADWATER_SUBSCRIBER_GROUP_ID": new_group(),
+                "HEADWATER_SUBSCRIBER_GROUP_ID": new_group(kafka_bootstrap),
                 "HEADWATER_SUBSCRIBER_TOPICS": completions,
             },
             3,
@@ -124,7 +123,7 @@ async def test_the_examples_run(kafka_bootstrap, topic_factory, tmp_path):
             tmp_path / "events",
             {
                 "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-                "HEADWATER_SUBSCRIBER_GROUP_ID": new_group(),
+                "HEADWATER_SUBSCRIBER_GROUP_ID": new_group(kafka_bootstrap),
                 "HEADWATER_SUBSCRIBER_TOPICS": f"{telemetry},{alarms}",
             },
             3,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 from collections import Counter
 
 import pytest
@@ -60,7 +61,7 @@ async def test_duplicates_once_poison_parked_and_the_rest_handled(
         if d.message.message_id == "m-slow":
             await asyncio.sleep(3600)
 
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
     settings = sub_settings(
@@ -121,7 +122,7 @@ async def test_no_committed_offset_stops_and_the_operator_tool_it_names_fixes_it
     async def handler(d: Delivery[Completion]) -> None:
         handled.append(d.message.message_id)
 
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     sub = Subscriber(kafka, sub_settings(group, (topic,)), handler, decode_completion)
     with pytest.raises(StartPointRequiredError) as info:
         await asyncio.wait_for(sub.run(asyncio.Event()), 60)
@@ -154,12 +155,37 @@ async def test_no_committed_offset_stops_and_the_operator_tool_it_names_fixes_it
     assert committed(kafka_bootstrap, group, topic) == [1]
 
 
+async def test_offset_below_the_log_start_stops_and_names_the_new_start(
+    kafka, kafka_bootstrap, topic_factory
+):
+    topic = topic_factory("completions")
+    produce(kafka_bootstrap, topic, [completion(f"m{i}") for i in range(6)])
+    group = new_group(kafka_bootstrap)
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    consumer.close()
+    # Retention takes offsets 0..3 while the subscriber is stopped (Kafka's DeleteRecords).
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept until the answer
+    deleted = admin.delete_records([TopicPartition(topic, 0, 4)])
+    assert next(iter(deleted.values())).result(timeout=30).low_watermark == 4
+
+    async def handler(d: Delivery[Completion]) -> None:
+        raise AssertionError("nothing may be handled past a gap without a person deciding")
+
+    settings = sub_settings(group, (topic,), start="earliest")
+    sub = Subscriber(kafka, settings, handler, decode_completion)
+    with pytest.raises(StartPointRequiredError, match="offset 2") as info:
+        await asyncio.wait_for(sub.run(asyncio.Event()), 60)
+    assert "headwater offsets reset --help" in str(info.value)
+    assert committed(kafka_bootstrap, group, topic) == [2]  # left as it was
+
+
 async def test_offset_past_the_log_end_stops_even_with_a_start_point(
     kafka, kafka_bootstrap, topic_factory
 ):
     topic = topic_factory("completions")
     produce(kafka_bootstrap, topic, [completion("m1")])
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     # A committed offset the log does not have (a recreated topic, or another cluster).
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     consumer.commit(offsets=[TopicPartition(topic, 0, 1000)], asynchronous=False)
@@ -182,7 +208,7 @@ async def test_stop_finishes_the_record_commits_and_leaves_and_never_passes_a_re
 ):
     topic = topic_factory("completions")
     produce(kafka_bootstrap, topic, [completion(f"m{i}") for i in range(3)])
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     handled: list[str] = []
     in_handler, release, failed = asyncio.Event(), asyncio.Event(), asyncio.Event()
     fail = {"m1"}
@@ -208,8 +234,6 @@ async def test_stop_finishes_the_record_commits_and_leaves_and_never_passes_a_re
     await asyncio.wait_for(task, 30)
     assert handled == ["m0"]
     assert committed(kafka_bootstrap, group, topic) == [1]
-    # (Leaving the group is checked in the rebalance test: the embedded broker numbers the
-    # first generation 0, and aiokafka sends no LeaveGroup for generation 0.)
 
     # 2. No start point is needed any more; m1 fails and waits 60 s to be retried: a stop
     # then ends the run at once, and the commit does not pass m1.
@@ -236,7 +260,7 @@ async def test_rebalance_between_two_subscribers_loses_nothing(
     kafka, kafka_bootstrap, topic_factory
 ):
     topic = topic_factory("completions", partitions=4)
-    group = new_group()
+    group = new_group(kafka_bootstrap)
     handled: Counter[str] = Counter()
     by: dict[str, Counter[str]] = {"first": Counter(), "second": Counter()}
 
@@ -303,9 +327,8 @@ async def test_rebalance_between_two_subscribers_loses_nothing(
 
 
 async def test_a_dead_letter_topic_that_cannot_be_written_is_found_at_start(kafka):
-    # The embedded broker creates topics on first use, so a name it refuses stands in for
-    # a missing topic on a cluster without auto-creation.
-    parker = parking.Parker(kafka, "not a valid topic!", "g")
+    # The broker, like a production cluster, creates no topic on first use.
+    parker = parking.Parker(kafka, f"missing-{uuid.uuid4().hex[:8]}.deadletter.v1", "g")
     with pytest.raises(DeadLetterTopicError, match="Create it before the subscriber starts"):
         await parker.start(within_s=2)
     await parker.stop()  # harmless after a failed start

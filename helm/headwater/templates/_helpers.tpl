@@ -127,7 +127,6 @@ password, which live in Secrets. Rendered as an EnvVar list for every Kafka clie
 {{/* Plain Kafka client configuration shared by every component (ConfigMap data or env). */}}
 {{- define "headwater.kafka.config" -}}
 HEADWATER_KAFKA_BOOTSTRAP_SERVERS: {{ .Values.kafka.bootstrapServers | quote }}
-HEADWATER_KAFKA_ENABLE_IDEMPOTENCE: {{ .Values.kafka.enableIdempotence | quote }}
 HEADWATER_KAFKA_SECURITY_PROTOCOL: {{ .Values.kafka.securityProtocol | quote }}
 {{- with .Values.kafka.sasl.mechanism }}
 HEADWATER_KAFKA_SASL_MECHANISM: {{ . | quote }}

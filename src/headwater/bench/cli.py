@@ -29,8 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "on the same records), then ingest single-message calls, batch calls and "
             "bidirectional streams. Prints msgs/s, MB/s (payload bytes), p50/p99 per call or "
             "frame, the server's peak RSS, ratios to the ceilings and each target met or "
-            "missed. With --overload-seconds it runs the memory check instead: measure "
-            "capacity, offer twice it for that long, report the server's RSS growth."
+            "missed. With --overload-seconds N it runs the overload checks instead: measure "
+            "capacity, offer 2x and 10x it open loop for N s each (RSS growth, share of "
+            "refusals that are RESOURCE_EXHAUSTED, goodput, time to OK after the load), then "
+            "the noisy neighbour: nine gateways at half their quota, alone and beside one "
+            "at 10x its quota (goodput kept, p99 rise)."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -57,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--overload-seconds",
         type=float,
         default=0.0,
-        help="memory check instead of the scenarios: offer ~2x capacity this long "
-        "(largest payload size) and report the server's RSS growth",
+        help="overload checks instead of the scenarios: 2x and 10x capacity this long "
+        "each (largest payload size), then the noisy neighbour (at most 20 s per phase)",
     )
     ingest.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
     ingest.add_argument(
@@ -135,19 +138,38 @@ def print_report(report: dict[str, Any]) -> None:
         o = report["overload"]
         print()
         print(
-            f"overload: {o['seconds']:g} s of batch calls ({o['payload']} B payloads) offered at "
-            f"{o['offered_msgs_per_s']:,} msgs/s = 2x measured capacity "
-            f"{o['capacity_msgs_per_s']:,} msgs/s; answers {o['codes']}, not sent "
-            f"(client cap) {o['not_sent']}"
+            f"overload: capacity {o['capacity_msgs_per_s']:,} msgs/s (batch calls of "
+            f"{report['options']['batch_size']} x {o['payload']} B, measured in this run)"
         )
+        for w in o["windows"]:
+            print(
+                f"  {w['factor']:g}x: offered {w['offered_msgs_per_s']:,} msgs/s open loop for "
+                f"{o['seconds']:g} s; answers {w['codes']}, not sent (client cap) "
+                f"{w['not_sent']}; goodput {w['goodput_msgs_per_s']:,} msgs/s "
+                f"({w['goodput_vs_capacity']:.0%} of capacity), OK p99 {w['ok_p99_ms']} ms"
+            )
+            print(
+                f"      server RSS {w['rss_before_mb']} MB before, peak in window "
+                f"{w['rss_before_mb'] + w['rss_growth_mb']:.1f} MB (growth "
+                f"{w['rss_growth_mb']} MB), {w['rss_end_of_window_mb']} MB at its end, "
+                f"{w['rss_after_drain_mb']} MB after the last answer; OK again "
+                f"{w['answers_ok_after_s']} s after the load stopped"
+            )
+            print("      RSS series (s, MB):", w["rss_series_mb"])
+        nb = o["neighbour"]
         print(
-            f"server RSS {o['rss_before_mb']} MB before -> {o['rss_end_of_window_mb']} MB at "
-            f"the end of the window (growth {o['rss_growth_mb']} MB; "
-            f"{o['rss_growth_second_half_mb']} MB in its second half; peak {o['rss_peak_mb']} "
-            f"MB); {o['rss_after_drain_mb']} MB after the last answer ({o['drain_s']} s "
-            f"later); answers OK again after {o['answers_ok_after_s']} s"
+            f"  noisy neighbour ({nb['seconds']:g} s per phase): quota "
+            f"{nb['quota_msgs_per_s']:,} msgs/s per gateway; nine offer "
+            f"{nb['polite_offered_msgs_per_s']:,} msgs/s in all, one offers "
+            f"{nb['noisy_offered_msgs_per_s']:,}"
         )
-        print("RSS series (s, MB):", o["rss_series_mb"])
+        for phase in ("alone", "beside_noisy"):
+            p = nb[phase]
+            print(
+                f"      {phase}: nine's goodput {p['polite_goodput_msgs_per_s']:,} msgs/s, "
+                f"p99 {p['polite_p99_ms']} ms, answers {p['polite_codes']}"
+                + (f"; noisy answers {p['noisy_codes']}" if "noisy_codes" in p else "")
+            )
     print()
     print(
         render(

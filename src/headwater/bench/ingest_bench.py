@@ -1,6 +1,6 @@
 """``headwater bench ingest``: the ingest path against its ceilings, in one run.
 
-Processes: the broker (embedded Tansu, or ``--bootstrap``), the ingest server
+Processes: the broker (embedded Apache Kafka, or ``--bootstrap``), the ingest server
 (``headwater.bench.server_proc``, the same ``IngestServer`` as ``headwater ingest serve``),
 a bare grpc.aio echo server, and this process, the load generator. Every scenario uses a
 prefix of the same records and stops at ``--messages`` or ``--duration``, whichever first.
@@ -12,10 +12,12 @@ import asyncio
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,6 +27,7 @@ from headwater.bench import loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record
 from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
+from headwater.ingest.auth import hash_token
 from headwater.ingest.settings import PRODUCERS
 from headwater.kafka_admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
@@ -32,6 +35,15 @@ from headwater.protowire import length_field
 from headwater.topics import INGEST_TOPICS, TopicSpec
 
 ECHO_METHOD = "/headwater.bench.Echo/Echo"
+#: Offered load of the overload windows, as multiples of the capacity measured in the run.
+OVERLOAD_FACTORS = (2.0, 10.0)
+#: Noisy neighbour: ten gateways, each with a rate quota of a tenth of capacity; nine
+#: offer half their quota, one offers ten times it.
+NEIGHBOURS = 10
+NEIGHBOUR_QUOTA_OF_CAPACITY = 0.1
+POLITE_SHARE_OF_QUOTA = 0.5
+NOISY_FACTOR = 10.0
+NEIGHBOUR_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -119,9 +131,12 @@ class _Run:
         pid: int,
         ingest: grpc.aio.Channel,
         echo: grpc.aio.Channel,
+        tokens_path: Path | None = None,
     ) -> None:
         self.opts, self.bootstrap, self.pid = opts, bootstrap, pid
         self.ingest, self.echo = ingest, echo
+        #: The server's tokens file (the noisy-neighbour gateways); re-read on change.
+        self.tokens_path = tokens_path
 
     def deadline(self) -> float:
         """When a scenario started now must stop."""
@@ -234,7 +249,7 @@ class _Run:
         return rows
 
     async def overload(self, size: int) -> dict[str, Any]:
-        """Measure capacity (batch calls, <= 5 s), then offer twice it for overload_seconds."""
+        """Measure capacity, then the overload windows (2x, 10x) and the noisy neighbour."""
         o, n = self.opts, self.opts.batch_size
         records = make_records(n * 200, size)
         batches = [
@@ -251,37 +266,158 @@ class _Run:
             loadgen.failed_in,
         )
         capacity = cal.messages / cal.seconds
-        offered_calls_per_s = 2 * capacity / n
-        before = server_proc.status_mb(self.pid, "VmRSS")
-        server_proc.reset_peak(self.pid)
-        out = await loadgen.overload(
-            self.ingest,
-            batches[0],
-            offered_calls_per_s,
-            o.overload_seconds,
-            lambda: server_proc.status_mb(self.pid, "VmRSS"),
-        )
-        after_drain = server_proc.status_mb(self.pid, "VmRSS")
-        peak = server_proc.status_mb(self.pid, "VmHWM")
-        started = time.perf_counter()
-        await _wait_ready(self.ingest, batches[1], within_s=10)
-        series = out["rss_series_mb"]
-        end = series[-1][1]  # at the end of the window, load still on
-        mid = next(mb for t, mb in series if t >= o.overload_seconds / 2)
+        windows = []
+        for factor in OVERLOAD_FACTORS:
+            windows.append(await self._overload_window(batches, capacity, factor))
+        neighbour = await self._noisy_neighbour(batches[0], capacity)
         return {
             "payload": size,
             "seconds": o.overload_seconds,
             "capacity_msgs_per_s": round(capacity),
+            "windows": windows,
+            "neighbour": neighbour,
+        }
+
+    async def _overload_window(
+        self, batches: list[bytes], capacity: float, factor: float
+    ) -> dict[str, Any]:
+        """Offer ``factor`` x capacity (open loop, anonymous) for overload_seconds."""
+        o, n = self.opts, self.opts.batch_size
+        await _wait_ready(self.ingest, batches[2], within_s=30)
+        await asyncio.sleep(2.0)  # let the previous window's memory settle
+        before = server_proc.status_mb(self.pid, "VmRSS")
+        server_proc.reset_peak(self.pid)
+        offered_calls_per_s = factor * capacity / n
+        out = await loadgen.open_loop(
+            self.ingest,
+            batches[0],
+            offered_calls_per_s,
+            o.overload_seconds,
+            sample=lambda: server_proc.status_mb(self.pid, "VmRSS"),
+        )
+        # "OK again": from the end of the load (the window, not the drain of the last
+        # answers) to the first OK call.
+        ended = time.perf_counter() - out["drain_s"]
+        await _wait_ready(self.ingest, batches[1], within_s=10)
+        ok_after = time.perf_counter() - ended
+        after_drain = server_proc.status_mb(self.pid, "VmRSS")
+        series = out["rss_series_mb"]
+        end = series[-1][1]  # at the end of the window, load still on
+        codes = out.pop("codes")
+        latencies = out.pop("ok_latencies_s")
+        refused = sum(v for k, v in codes.items() if k != "OK")
+        return {
+            "factor": factor,
             "offered_msgs_per_s": round(offered_calls_per_s * n),
             "rss_before_mb": before,
             "rss_end_of_window_mb": end,
-            "rss_growth_mb": round(end - before, 1),
-            "rss_growth_second_half_mb": round(end - mid, 1),
-            "rss_peak_mb": peak,
+            "rss_growth_mb": round(max(mb for _, mb in series) - before, 1),
+            "rss_peak_mb": server_proc.status_mb(self.pid, "VmHWM"),
             "rss_after_drain_mb": after_drain,
-            "answers_ok_after_s": round(time.perf_counter() - started, 2),
+            "codes": codes,
+            "refused_exhausted_share": round(codes.get("RESOURCE_EXHAUSTED", 0) / refused, 3)
+            if refused
+            else 1.0,
+            "goodput_msgs_per_s": round(codes.get("OK", 0) * n / out["window_s"]),
+            "goodput_vs_capacity": round(codes.get("OK", 0) * n / out["window_s"] / capacity, 3),
+            "ok_p99_ms": loadgen.percentile_ms(latencies, 0.99),
+            "answers_ok_after_s": round(ok_after, 2),
             **out,
         }
+
+    async def _noisy_neighbour(self, request: bytes, capacity: float) -> dict[str, Any]:
+        """Nine well-behaved gateways alone, then beside one at 10x its quota."""
+        o, n = self.opts, self.opts.batch_size
+        seconds = min(o.overload_seconds, NEIGHBOUR_SECONDS)
+        quota_calls_per_s = capacity * NEIGHBOUR_QUOTA_OF_CAPACITY / n
+        polite_calls_per_s = quota_calls_per_s * POLITE_SHARE_OF_QUOTA
+        assert self.tokens_path is not None
+        # The server re-reads its tokens file within a second of a change.
+        neighbour_tokens(self.tokens_path, round(quota_calls_per_s * len(request)))
+
+        async def phase(noisy: bool) -> dict[str, Any]:
+            await asyncio.sleep(2.0)
+            polite = [
+                loadgen.open_loop(
+                    self.ingest,
+                    request,
+                    polite_calls_per_s,
+                    seconds,
+                    metadata=[("authorization", f"Bearer {_token(i)}")],
+                )
+                for i in range(1, NEIGHBOURS)
+            ]
+            flood = (
+                [
+                    loadgen.open_loop(
+                        self.ingest,
+                        request,
+                        quota_calls_per_s * NOISY_FACTOR,
+                        seconds,
+                        metadata=[("authorization", f"Bearer {_token(0)}")],
+                    )
+                ]
+                if noisy
+                else []
+            )
+            outs = await asyncio.gather(*polite, *flood)
+            mine = outs[: NEIGHBOURS - 1]
+            ok = sum(m["codes"].get("OK", 0) for m in mine)
+            result: dict[str, Any] = {
+                "polite_goodput_msgs_per_s": round(ok * n / seconds),
+                "polite_codes": _merge(m["codes"] for m in mine),
+                "polite_p99_ms": loadgen.percentile_ms(
+                    [x for m in mine for x in m["ok_latencies_s"]], 0.99
+                ),
+            }
+            if noisy:
+                result["noisy_codes"] = outs[-1]["codes"]
+            return result
+
+        alone = await phase(noisy=False)
+        beside = await phase(noisy=True)
+        return {
+            "seconds": seconds,
+            "quota_msgs_per_s": round(quota_calls_per_s * n),
+            "polite_offered_msgs_per_s": round(polite_calls_per_s * n * (NEIGHBOURS - 1)),
+            "noisy_offered_msgs_per_s": round(quota_calls_per_s * NOISY_FACTOR * n),
+            "alone": alone,
+            "beside_noisy": beside,
+            "goodput_kept": round(
+                beside["polite_goodput_msgs_per_s"] / max(alone["polite_goodput_msgs_per_s"], 1),
+                3,
+            ),
+            "p99_rise": round(
+                (beside["polite_p99_ms"] or 0) / max(alone["polite_p99_ms"] or 1e-9, 1e-9) - 1,
+                3,
+            ),
+        }
+
+
+def _token(i: int) -> str:
+    return f"bench-gateway-token-{i:02d}"
+
+
+def _merge(codes: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in codes:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def neighbour_tokens(path: Path, quota_bytes_per_s: int) -> None:
+    """Write the tokens file of the noisy-neighbour gateways (each with the same quota)."""
+    lines = ["gateways:"]
+    for i in range(NEIGHBOURS):
+        lines += [
+            f"  - id: bench-gw-{i:02d}",
+            "    tenant: bench",
+            f"    token_sha256: {hash_token(_token(i))}",
+            '    devices: ["*"]',
+            f"    rate_bytes_per_second: {quota_bytes_per_s}",
+        ]
+    path.write_text("\n".join(lines) + "\n")
 
 
 async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dict[str, Any]:
@@ -294,15 +430,23 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
     broker = None if bootstrap else EmbeddedBroker().start()
     servers = bootstrap or (broker.bootstrap_servers if broker else "")
     echo_proc = ingest_proc = None
+    tokens_dir = tempfile.TemporaryDirectory(prefix="headwater-bench-")
+    tokens_path = Path(tokens_dir.name) / "tokens.yaml"
+    neighbour_tokens(tokens_path, 0)  # the quota is set once capacity is measured
     try:
-        report["broker"] = "--bootstrap " + servers if bootstrap else "embedded Tansu"
+        report["broker"] = "--bootstrap " + servers if bootstrap else "embedded Apache Kafka"
         ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
         echo_port, ingest_port = free_port(), free_port()
         echo_proc = multiprocessing.get_context("spawn").Process(
             target=run_echo_server, args=(echo_port,), daemon=True
         )
         echo_proc.start()
-        ingest_proc = server_proc.start(servers, ingest_port, opts.writer)
+        ingest_proc = server_proc.start(
+            servers,
+            ingest_port,
+            opts.writer,
+            {"HEADWATER_INGEST_TOKENS_FILE": str(tokens_path)},
+        )
         async with (
             grpc.aio.insecure_channel(f"127.0.0.1:{ingest_port}") as ingest,
             grpc.aio.insecure_channel(f"127.0.0.1:{echo_port}") as echo,
@@ -318,7 +462,7 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
                 8,
                 time.perf_counter() + 5,
             )
-            run = _Run(opts, servers, ingest_proc.pid, ingest, echo)
+            run = _Run(opts, servers, ingest_proc.pid, ingest, echo, tokens_path)
             rows: list[Row] = []
             overload = None
             if opts.overload_seconds:
@@ -344,3 +488,4 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
             echo_proc.join(10)
         if broker is not None:
             broker.stop()
+        tokens_dir.cleanup()

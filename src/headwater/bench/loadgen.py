@@ -127,9 +127,9 @@ async def stream_load(
 async def raw_aiokafka(
     bootstrap: str, topic: str, records: Sequence[Record], deadline: float, headers: bool = True
 ) -> Measured:
-    """One aiokafka producer, acks=all, idempotence off: send every record, then gather."""
+    """One aiokafka producer, acks=all, idempotent (as ingest's): send all, then gather."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=5
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
     )
     await producer.start()
     out = Measured()
@@ -186,30 +186,38 @@ def raw_confluent(
     return out
 
 
-async def overload(
+async def open_loop(
     channel: grpc.aio.Channel,
     request: bytes,
     calls_per_s: float,
     seconds: float,
-    sample: Callable[[], float],
+    metadata: Sequence[tuple[str, str]] = (),
+    sample: Callable[[], float] | None = None,
     max_outstanding: int = 2048,
+    timeout_s: float = 10.0,
 ) -> dict[str, Any]:
-    """Offer ``calls_per_s`` batch calls (open loop) for ``seconds``; sample server RSS.
+    """Offer ``calls_per_s`` batch calls (open loop) for ``seconds``; optionally sample RSS.
 
     Open loop: calls start on a clock, not when the previous one ends, so the server sees
-    the offered rate whatever it answers. ``max_outstanding`` bounds the client's own memory;
-    calls it could not start are counted as ``not_sent``.
+    the offered rate whatever it answers (and the caller ignores RetryInfo, as a flood
+    does). ``max_outstanding`` bounds the client's own memory; calls it could not start are
+    counted as ``not_sent``. Returns the answers by code, the latency of each OK call, the
+    RSS series (when ``sample`` is given) and how long the last answers took after the
+    window.
     """
     call = channel.unary_unary(PUBLISH, request_serializer=_raw, response_deserializer=_raw)
     codes: dict[str, int] = {}
+    ok_latencies: list[float] = []
     outstanding: set[asyncio.Task[None]] = set()
     not_sent = 0
     rss: list[tuple[float, float]] = []
 
     async def one() -> None:
+        started = time.perf_counter()
         try:
-            await call(request, timeout=10)
+            await call(request, timeout=timeout_s, metadata=metadata)
             name = "OK"
+            ok_latencies.append(time.perf_counter() - started)
         except grpc.aio.AioRpcError as exc:
             name = exc.code().name
         codes[name] = codes.get(name, 0) + 1
@@ -219,7 +227,7 @@ async def overload(
     tick = 0.01  # launch the calls that are due every 10 ms
     launched = 0
     while (now := time.perf_counter()) - started < seconds:
-        if now >= next_sample:
+        if sample is not None and now >= next_sample:
             rss.append((round(now - started, 1), sample()))
             next_sample += 1.0
         due = int(calls_per_s * (now - started)) - launched
@@ -232,14 +240,25 @@ async def overload(
             outstanding.add(task)
             task.add_done_callback(outstanding.discard)
         await asyncio.sleep(max(0.0, tick - (time.perf_counter() - now)))
-    rss.append((round(time.perf_counter() - started, 1), sample()))  # end of the window
+    if sample is not None:
+        rss.append((round(time.perf_counter() - started, 1), sample()))  # end of the window
     ended = time.perf_counter()
     if outstanding:
-        await asyncio.wait(outstanding, timeout=15)
+        await asyncio.wait(outstanding, timeout=timeout_s + 5)
     return {
         "offered_calls": launched,
+        "window_s": round(ended - started, 2),
         "codes": codes,
         "not_sent": not_sent,
+        "ok_latencies_s": ok_latencies,
         "rss_series_mb": rss,
         "drain_s": round(time.perf_counter() - ended, 1),
     }
+
+
+def percentile_ms(latencies_s: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of latencies in milliseconds (None when there are none)."""
+    if not latencies_s:
+        return None
+    ordered = sorted(latencies_s)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)

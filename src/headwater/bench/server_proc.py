@@ -15,21 +15,31 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from headwater.ingest.settings import PRODUCERS
 
 
-def start(bootstrap: str, port: int, writer: str = PRODUCERS[0]) -> subprocess.Popen[bytes]:
-    """Start the ingest server on ``127.0.0.1:port`` (no auth, no metrics endpoint)."""
+def start(
+    bootstrap: str,
+    port: int,
+    writer: str = PRODUCERS[0],
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the ingest server on ``127.0.0.1:port`` (no metrics endpoint).
+
+    Calls without credentials are accepted; ``extra_env`` adds settings (e.g. a tokens
+    file, so some callers are gateways with their own limits).
+    """
     env = {
         **os.environ,
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "HEADWATER_KAFKA_ENABLE_IDEMPOTENCE": "false",
         "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
         "HEADWATER_INGEST_METRICS_PORT": "0",
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
         "HEADWATER_LOG_LEVEL": "ERROR",
         "HEADWATER_INGEST_PRODUCER": writer,
+        **(extra_env or {}),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     return subprocess.Popen(

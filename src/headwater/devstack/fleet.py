@@ -80,7 +80,10 @@ def build_fleet(gateways: int, devices_per_gateway: int, rng: random.Random) -> 
     for g in range(gateways):
         gid = f"gw-{g:03d}"
         devices = tuple(
-            SimDevice(f"acme-{g:03d}-{d:04d}", vendors.TELEMETRY_FORMATS[(g + d) % 3])
+            SimDevice(
+                f"acme-{g:03d}-{d:04d}",
+                vendors.TELEMETRY_FORMATS[(g + d) % len(vendors.TELEMETRY_FORMATS)],
+            )
             for d in range(devices_per_gateway)
         )
         fleet.append(SimGateway(gid, "acme", uuid.uuid4().hex, devices, use_stream=g % 2 == 0))
@@ -130,6 +133,8 @@ class GatewaySimulator:
         self._enqueued_at: dict[str, float] = {}
         self._sent: dict[str, tuple[str, device_message_pb2.DeviceMessage]] = {}
         self._delivered: list[str] = []
+        #: Sparkplug B devices that have sent their birth certificate (DBIRTH).
+        self._born: set[str] = set()
 
     def _outcome(self, outcome: Outcome) -> None:
         if outcome.status == "delivered":
@@ -150,16 +155,27 @@ class GatewaySimulator:
     def _enqueue_one(self) -> None:
         """Spool one message, sometimes a bad or special one (runs in a worker thread)."""
         rng, mix = self._rng, self._mix
-        if self._delivered and rng.random() < mix.duplicate:
-            endpoint, msg = self._sent[rng.choice(self._delivered)]
+        # Only kinds that are kept in _sent are resent; an ack can also arrive (event loop)
+        # before this thread has recorded its message.
+        resendable = [m for m in self._delivered if m in self._sent]
+        if resendable and rng.random() < mix.duplicate:
+            endpoint, msg = self._sent[rng.choice(resendable)]
             if self._spool.enqueue_message(endpoint, msg).messages:  # a resend, same id
                 self._stats.duplicates_sent += 1
                 self._stats.sent += 1
             return
         device = rng.choice(self._gw.devices)
         endpoint, device_id, content_type = "telemetry", device.device_id, device.content_type
-        payload = vendors.telemetry_payload(device.content_type, vendors.random_reading(rng))
+        reading = vendors.random_reading(rng)
+        payload = vendors.telemetry_payload(device.content_type, reading)
         kind = _pick_kind(rng.random(), mix)
+        if device.content_type == vendors.SPARKPLUG_B:
+            if device_id not in self._born:  # a Sparkplug device's first message: its DBIRTH
+                self._born.add(device_id)
+                kind, content_type = "normal", vendors.SPARKPLUG_BIRTH
+                payload = vendors.sparkplug_payload(reading, birth=True)
+            else:
+                content_type = vendors.SPARKPLUG_DATA
         if kind == "poison":
             payload = vendors.poison_payload(device.content_type)
             self._stats.poison_sent += 1

@@ -11,14 +11,10 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from headwater import record_headers as rh
 
 
-def read_topic(
-    bootstrap_servers: str, topic: str, timeout_s: float = 60.0, idle_s: float = 1.5
-) -> Iterator[Message]:
-    """Yield every record of ``topic`` from the log start to its end.
+def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 60.0) -> Iterator[Message]:
+    """Yield every record of ``topic`` from the log start to its end (the high watermark).
 
-    The end is where the high watermark says, and then until the log has been idle for
-    ``idle_s``: the embedded broker reports the watermark of a multi-record batch as its
-    base offset + 1 (docs/embedded-broker.md), so the watermark alone stops too early.
+    The end is taken when the read begins; records appended later are not read.
     """
     consumer = Consumer(
         {
@@ -40,17 +36,13 @@ def read_topic(
                 behind[partition] = high
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
-        last_record = time.monotonic()
-        while time.monotonic() < deadline:
-            batch = consumer.consume(1000, 0.2)
-            if not batch and not behind and time.monotonic() - last_record >= idle_s:
-                return
-            for msg in batch:
+        while behind and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.2):
                 if msg.error():
                     continue
-                last_record = time.monotonic()
-                yield msg
                 partition, offset = msg.partition() or 0, msg.offset() or 0
+                if offset < behind.get(partition, 0):
+                    yield msg
                 if offset + 1 >= behind.get(partition, 0):
                     behind.pop(partition, None)
     finally:

@@ -102,18 +102,108 @@ def build_summary(
     return summary
 
 
+@dataclass(frozen=True)
+class Guarantee:
+    """One promise the run checks: its name, the count that must be 0, and the verdict."""
+
+    name: str
+    count: int
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing broke the promise."""
+        return self.count == 0
+
+
+def guarantees(summary: dict[str, Any]) -> list[Guarantee]:
+    """Return the promises a summary checks (the enricher's only when it ran)."""
+    checks = [Guarantee("acked but missing in Kafka", summary["acked_but_missing_in_kafka"])]
+    enricher = summary.get("enricher")
+    if enricher is not None:
+        checks.append(
+            Guarantee(
+                "messages without a terminal completion",
+                enricher["messages_without_terminal_completion"],
+            )
+        )
+    return checks
+
+
+def _counts(title: str, counter: dict[str, int]) -> list[tuple[str, str]]:
+    """Rows for a count by reason: the total first, then one indented row per reason."""
+    rows = [(title, str(sum(counter.values())))]
+    rows += [(f"  - {reason}", str(n)) for reason, n in counter.items()]
+    return rows
+
+
+def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(stage, measure, value) rows; the stage is named on its first row only."""
+    ingest: list[tuple[str, str]] = [
+        ("sent", str(summary["sent"])),
+        ("acked", str(summary["acked"])),
+        ("throughput", f"{summary['throughput_msgs_per_s']} msg/s"),
+        (
+            "spool-to-ack latency p50 / p99",
+            f"{summary['spool_to_ack_p50_ms']} / {summary['spool_to_ack_p99_ms']} ms",
+        ),
+    ]
+    for title, key in (
+        ("rejected", "rejected"),
+        ("retried", "retried"),
+        ("still spooled", "still_spooled"),
+    ):
+        ingest += _counts(title, summary[key])
+    ingest += [
+        ("duplicates sent (on purpose)", str(summary["duplicates_sent"])),
+        ("poison sent (on purpose)", str(summary["poison_sent"])),
+        ("records in the ingest topics", str(summary["ingest_records_in_kafka"])),
+    ]
+    stages = [("ingest", ingest)]
+    enricher = summary.get("enricher")
+    if enricher is not None:
+        rows = [("events", str(enricher["events"]))]
+        rows += _counts("completions", enricher["completions"])
+        rows += _counts("dead letters", enricher["dead_letters"])
+        rows += [
+            ("retries", str(enricher["retries"])),
+            ("device state snapshots", str(enricher["state_snapshots"])),
+            (
+                "end-to-end latency p50 / p99",
+                f"{enricher['end_to_end_p50_ms']} / {enricher['end_to_end_p99_ms']} ms",
+            ),
+        ]
+        stages.append(("enricher", rows))
+    return [
+        (stage if i == 0 else "", measure, value)
+        for stage, rows in stages
+        for i, (measure, value) in enumerate(rows)
+    ]
+
+
 def render(summary: dict[str, Any]) -> str:
-    """Render the summary as an aligned, human-readable block."""
-    lines = ["", "Headwater dev stack summary", "=" * 27]
+    """Render the summary as a table grouped by stage, the guarantees marked PASS/FAIL."""
+    checks = guarantees(summary)
+    rows = [(*row, "") for row in _stage_rows(summary)]
+    rows += [
+        ("guarantees" if i == 0 else "", g.name, str(g.count), "PASS" if g.ok else "FAIL")
+        for i, g in enumerate(checks)
+    ]
+    header = ("stage", "measure", "value", "check")
+    width = [max(len(row[c]) for row in [header, *rows]) for c in range(4)]
+    rule = "  ".join("-" * w for w in width)
 
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            if not value:
-                lines.append(f"{prefix:<42} -")
-            for key, item in value.items():
-                walk(f"{prefix}.{key}" if prefix else key, item)
-        else:
-            lines.append(f"{prefix:<42} {value}")
+    def line(row: tuple[str, ...]) -> str:
+        stage, measure, value, check = row
+        return (
+            f"{stage:<{width[0]}}  {measure:<{width[1]}}  {value:>{width[2]}}  {check}"
+        ).rstrip()
 
-    walk("", summary)
-    return "\n".join(lines)
+    out = ["", f"Headwater dev stack summary: {summary['duration_s']} s of traffic", ""]
+    out += [line(header), rule]
+    for n, row in enumerate(rows):
+        if row[0] and n:  # a rule between stages
+            out.append(rule)
+        out.append(line(row))
+    held = all(g.ok for g in checks)
+    out += ["", "every guarantee held" if held else "a guarantee FAILED: see the rows marked FAIL"]
+    return "\n".join(out)

@@ -4,13 +4,33 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import dataclass
+
+from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 
 ACME_TELEMETRY = "application/vnd.acme.telemetry.v1+json"
 GLOBEX_TELEMETRY = "application/vnd.globex.telemetry.v2+json"
 INITECH_TELEMETRY = "text/vnd.initech.telemetry.v1+csv"
 ACME_ALARM = "application/vnd.acme.alarm.v1+json"
-TELEMETRY_FORMATS = (ACME_TELEMETRY, GLOBEX_TELEMETRY, INITECH_TELEMETRY)
+#: Sparkplug B: the MQTT topic's message type travels as a media type parameter.
+SPARKPLUG_B = "application/vnd.eclipse.sparkplug.b+protobuf"
+SPARKPLUG_BIRTH = SPARKPLUG_B + "; message-type=DBIRTH"
+SPARKPLUG_DATA = SPARKPLUG_B + "; message-type=DDATA"
+OPCUA_PUBSUB = "application/vnd.opcfoundation.uapubsub+json"
+TELEMETRY_FORMATS = (
+    ACME_TELEMETRY,
+    GLOBEX_TELEMETRY,
+    INITECH_TELEMETRY,
+    SPARKPLUG_B,
+    OPCUA_PUBSUB,
+)
+#: Sparkplug B metrics of the simulated devices: (name, alias, datatype, engineering unit).
+SPARKPLUG_METRICS = (
+    ("Process/Temperature", 1, spb.DATA_TYPE_FLOAT, "°C"),
+    ("Process/Pressure", 2, spb.DATA_TYPE_DOUBLE, "hPa"),
+    ("Supply/Voltage", 3, spb.DATA_TYPE_INT32, "mV"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,66 @@ def telemetry_payload(content_type: str, r: Reading) -> bytes:
     if content_type == INITECH_TELEMETRY:
         kelvin = round(r.temperature_c + 273.15, 2)
         return f"{kelvin},{r.humidity_pct / 100:.4f},{round(r.voltage_v * 1000)}".encode()
+    if content_type in (SPARKPLUG_B, SPARKPLUG_DATA):
+        return sparkplug_payload(r, birth=False)
+    if content_type == OPCUA_PUBSUB:
+        return opcua_payload(r)
     raise ValueError(f"unknown telemetry format {content_type!r}")
+
+
+def _sparkplug_values(r: Reading) -> tuple[float, float, int]:
+    return r.temperature_c, r.pressure_pa / 100.0, round(r.voltage_v * 1000)
+
+
+def sparkplug_payload(r: Reading, birth: bool, now_ms: int | None = None) -> bytes:
+    """Encode ``r`` as a Sparkplug B DBIRTH (names, aliases, types, units) or DDATA (aliases).
+
+    The DDATA carries only aliases and values, as edge nodes send them to save bytes: the
+    enricher resolves them from the device's DBIRTH.
+    """
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    p = spb.Payload(timestamp=now_ms, seq=0)
+    for (name, alias, datatype, unit), value in zip(
+        SPARKPLUG_METRICS, _sparkplug_values(r), strict=True
+    ):
+        m = p.metrics.add(alias=alias, timestamp=now_ms)
+        if birth:
+            m.name, m.datatype = name, datatype
+            m.properties.keys.append("engUnit")
+            m.properties.values.add(type=spb.DATA_TYPE_STRING, string_value=unit)
+        if datatype == spb.DATA_TYPE_FLOAT:
+            m.float_value = value
+        elif datatype == spb.DATA_TYPE_DOUBLE:
+            m.double_value = value
+        else:
+            m.int_value = int(value) & 0xFFFFFFFF
+    return p.SerializeToString()
+
+
+def opcua_payload(r: Reading, now_ms: int | None = None) -> bytes:
+    """Encode ``r`` as an OPC UA PubSub JSON network message (one keyframe data-set message)."""
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms / 1000))
+    stamp += f".{now_ms % 1000:03d}Z"
+    doc = {
+        "MessageId": f"m-{now_ms}",
+        "MessageType": "ua-data",
+        "PublisherId": "sim-publisher",
+        "Messages": [
+            {
+                "DataSetWriterId": 1,
+                "SequenceNumber": now_ms % 65536,
+                "Timestamp": stamp,
+                "MessageType": "ua-keyframe",
+                "Payload": {
+                    "Temperature": {"Type": 11, "Body": r.temperature_c},
+                    "Humidity": {"Type": 10, "Body": r.humidity_pct},
+                    "Pressure": {"Value": {"Type": 11, "Body": r.pressure_pa}},
+                },
+            }
+        ],
+    }
+    return json.dumps(doc).encode()
 
 
 def alarm_payload(rng: random.Random) -> bytes:

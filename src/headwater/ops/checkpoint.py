@@ -1,7 +1,7 @@
 """Read, and on request move, the starting point in a Spark checkpoint of the enricher.
 
 For the case where retention deleted data under a stopped query: the enricher refuses to
-skip it (OffsetGapError), and a person decides where to start instead. Spark's offset log
+skip it (``failOnDataLoss``), and a person decides where to start instead. Spark's offset log
 (``<checkpoint>/offsets/<batch>``) holds, per batch, one JSON line per source with the
 offsets the batch ends at (``{"topic": {"partition": offset}}`` for Headwater's source);
 the next batch starts where the last *committed* batch ended (``<checkpoint>/commits``).

@@ -47,17 +47,11 @@ class Parker:
         """Connect and make sure the topic exists; raise DeadLetterTopicError otherwise."""
         if self._producer is not None:
             return
-        if not self._kafka.enable_idempotence:
-            log.warning(
-                "Kafka idempotent producer is OFF for the dead-letter topic "
-                "(HEADWATER_KAFKA_ENABLE_IDEMPOTENCE=false): only the embedded dev broker "
-                "needs this; turn it on for real Kafka"
-            )
         producer = AIOKafkaProducer(
             bootstrap_servers=self._kafka.bootstrap_servers,
             client_id=f"headwater-subscriber-{self._group}",
             acks="all",
-            enable_idempotence=self._kafka.enable_idempotence,
+            enable_idempotence=True,
             request_timeout_ms=int(within_s * 1000),
             **self._kafka.aiokafka_security(),
         )

@@ -76,7 +76,6 @@ class Subscriber(Generic[M]):
         self._batch_lock = asyncio.Lock()
         self._revoking = False
         # Partitions whose position was checked against the log since the last assignment.
-        self._checked: set[TopicPartition] = set()
         # The next offset to handle per partition, for the lag.
         self._next: dict[TopicPartition, int] = {}
         # Bumped at every rebalance: a batch fetched before one is dropped, not handled.
@@ -135,9 +134,8 @@ class Subscriber(Generic[M]):
                 continue
             except kafka_errors.OffsetOutOfRangeError as exc:
                 (tp, offset), *_ = exc.args[0].items()
-                raise self._out_of_range(tp, offset, "is no longer in the log") from None
+                raise await self._out_of_range(consumer, tp, offset) from None
             fetched_in = self._generation
-            await self._check_positions(consumer, batches.keys())
             async with self._batch_lock:
                 if self._generation != fetched_in:
                     continue  # partitions moved meanwhile: the new owners get these records
@@ -268,29 +266,16 @@ class Subscriber(Generic[M]):
         except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
             log.warning("could not commit the start point yet", extra={"error": repr(exc)})
 
-    async def _check_positions(
-        self, consumer: AIOKafkaConsumer, with_records: Iterable[TopicPartition]
-    ) -> None:
-        """Fail on a position past the log end, which some brokers answer with no records.
-
-        Real Kafka answers a fetch out of range with OFFSET_OUT_OF_RANGE (raised by
-        getmany); the embedded dev broker answers an empty fetch instead, so the position
-        is also compared with the high watermark the fetch reported.
-        """
-        self._checked.update(with_records)  # records were there: in range
-        for tp in consumer.assignment() - self._checked:
-            high = consumer.highwater(tp)
-            if high is None:
-                continue  # not fetched yet
-            try:
-                position = await consumer.position(tp)
-            except kafka_errors.IllegalStateError:
-                continue  # unassigned meanwhile
-            if position > high:
-                raise self._out_of_range(tp, position, f"is past the log end ({high})")
-            self._checked.add(tp)
-
-    def _out_of_range(self, tp: TopicPartition, offset: int, why: str) -> StartPointRequiredError:
+    async def _out_of_range(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int
+    ) -> StartPointRequiredError:
+        """Say which way the committed offset left the log (Kafka answers both alike)."""
+        end = (await consumer.end_offsets([tp]))[tp]
+        if offset > end:
+            why = f"is past the log end ({end})"
+        else:
+            start = (await consumer.beginning_offsets([tp]))[tp]
+            why = f"is no longer in the log (it now starts at {start})"
         return StartPointRequiredError(
             self.settings.group_id,
             tp.topic,
@@ -322,7 +307,6 @@ class _Handover(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._sub._generation += 1
-        self._sub._checked.clear()
         log.info("partitions assigned", extra={"partitions": _names(assigned)})
 
 

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from headwater.proto.events.v1 import event_pb2 as headwater_dot_events_dot_v1_dot_event__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&headwater/events/v1/device_state.proto\x12\x13headwater.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fheadwater/events/v1/event.proto\"\xad\x02\n\x0b\x44\x65viceState\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x32\n\x0elast_seen_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\x12\x15\n\rgaps_detected\x18\x05 \x01(\x04\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\x12\x37\n\rlatest_values\x18\x07 \x03(\x0b\x32 .headwater.events.v1.Measurement\x12\x17\n\x0flast_message_id\x18\x08 \x01(\t\x12\x30\n\x0cupdated_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&headwater/events/v1/device_state.proto\x12\x13headwater.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fheadwater/events/v1/event.proto\"\xcc\x02\n\x0b\x44\x65viceState\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x32\n\x0elast_seen_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\x12\x15\n\rgaps_detected\x18\x05 \x01(\x04\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\x12\x37\n\rlatest_values\x18\x07 \x03(\x0b\x32 .headwater.events.v1.Measurement\x12\x17\n\x0flast_message_id\x18\x08 \x01(\t\x12\x30\n\x0cupdated_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15latest_values_dropped\x18\n \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,5 +35,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'headwater.events.v1.device_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEVICESTATE']._serialized_start=130
-  _globals['_DEVICESTATE']._serialized_end=431
+  _globals['_DEVICESTATE']._serialized_end=462
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeviceState(_message.Message):
-    __slots__ = ("device_id", "tenant", "last_seen_time", "last_sequence", "gaps_detected", "message_count", "latest_values", "last_message_id", "updated_time")
+    __slots__ = ("device_id", "tenant", "last_seen_time", "last_sequence", "gaps_detected", "message_count", "latest_values", "last_message_id", "updated_time", "latest_values_dropped")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class DeviceState(_message.Message):
     LATEST_VALUES_FIELD_NUMBER: _ClassVar[int]
     LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     UPDATED_TIME_FIELD_NUMBER: _ClassVar[int]
+    LATEST_VALUES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     tenant: str
     last_seen_time: _timestamp_pb2.Timestamp
@@ -31,4 +32,5 @@ class DeviceState(_message.Message):
     latest_values: _containers.RepeatedCompositeFieldContainer[_event_pb2.Measurement]
     last_message_id: str
     updated_time: _timestamp_pb2.Timestamp
-    def __init__(self, device_id: _Optional[str] = ..., tenant: _Optional[str] = ..., last_seen_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., gaps_detected: _Optional[int] = ..., message_count: _Optional[int] = ..., latest_values: _Optional[_Iterable[_Union[_event_pb2.Measurement, _Mapping]]] = ..., last_message_id: _Optional[str] = ..., updated_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    latest_values_dropped: int
+    def __init__(self, device_id: _Optional[str] = ..., tenant: _Optional[str] = ..., last_seen_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., gaps_detected: _Optional[int] = ..., message_count: _Optional[int] = ..., latest_values: _Optional[_Iterable[_Union[_event_pb2.Measurement, _Mapping]]] = ..., last_message_id: _Optional[str] = ..., updated_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_values_dropped: _Optional[int] = ...) -> None: ...

@@ -26,19 +26,19 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fheadwater/events/v1/event.proto\x12\x13headwater.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x03\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x12\n\nevent_type\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x12\n\ngateway_id\x18\x06 \x01(\t\x12/\n\x0b\x64\x65vice_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rreceived_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\t \x01(\x04\x12\x15\n\rsource_format\x18\n \x01(\t\x12\x0c\n\x04site\x18\x0b \x01(\t\x12\x11\n\tarea_code\x18\x0c \x01(\t\x12\x36\n\x0cmeasurements\x18\r \x03(\x0b\x32 .headwater.events.v1.Measurement\x12)\n\x05\x61larm\x18\x0e \x01(\x0b\x32\x1a.headwater.events.v1.Alarm\"8\n\x0bMeasurement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x0c\n\x04unit\x18\x03 \x01(\t\"T\n\x05\x41larm\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12/\n\x08severity\x18\x02 \x01(\x0e\x32\x1d.headwater.events.v1.Severity\x12\x0c\n\x04text\x18\x03 \x01(\t*d\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x15\n\x11SEVERITY_CRITICAL\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fheadwater/events/v1/event.proto\x12\x13headwater.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x03\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x12\n\nevent_type\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x12\n\ngateway_id\x18\x06 \x01(\t\x12/\n\x0b\x64\x65vice_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rreceived_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\t \x01(\x04\x12\x15\n\rsource_format\x18\n \x01(\t\x12\x0c\n\x04site\x18\x0b \x01(\t\x12\x11\n\tarea_code\x18\x0c \x01(\t\x12\x36\n\x0cmeasurements\x18\r \x03(\x0b\x32 .headwater.events.v1.Measurement\x12)\n\x05\x61larm\x18\x0e \x01(\x0b\x32\x1a.headwater.events.v1.Alarm\"b\n\x0bMeasurement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x05\x41larm\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12/\n\x08severity\x18\x02 \x01(\x0e\x32\x1d.headwater.events.v1.Severity\x12\x0c\n\x04text\x18\x03 \x01(\t*d\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x15\n\x11SEVERITY_CRITICAL\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'headwater.events.v1.event_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEVERITY']._serialized_start=629
-  _globals['_SEVERITY']._serialized_end=729
+  _globals['_SEVERITY']._serialized_start=671
+  _globals['_SEVERITY']._serialized_end=771
   _globals['_EVENT']._serialized_start=90
   _globals['_EVENT']._serialized_end=483
   _globals['_MEASUREMENT']._serialized_start=485
-  _globals['_MEASUREMENT']._serialized_end=541
-  _globals['_ALARM']._serialized_start=543
-  _globals['_ALARM']._serialized_end=627
+  _globals['_MEASUREMENT']._serialized_end=583
+  _globals['_ALARM']._serialized_start=585
+  _globals['_ALARM']._serialized_end=669
 # @@protoc_insertion_point(module_scope)

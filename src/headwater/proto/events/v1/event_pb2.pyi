@@ -55,14 +55,16 @@ class Event(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., message_id: _Optional[str] = ..., device_id: _Optional[str] = ..., event_type: _Optional[str] = ..., tenant: _Optional[str] = ..., gateway_id: _Optional[str] = ..., device_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., received_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sequence: _Optional[int] = ..., source_format: _Optional[str] = ..., site: _Optional[str] = ..., area_code: _Optional[str] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., alarm: _Optional[_Union[Alarm, _Mapping]] = ...) -> None: ...
 
 class Measurement(_message.Message):
-    __slots__ = ("name", "value", "unit")
+    __slots__ = ("name", "value", "unit", "time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     value: float
     unit: str
-    def __init__(self, name: _Optional[str] = ..., value: _Optional[float] = ..., unit: _Optional[str] = ...) -> None: ...
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[float] = ..., unit: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Alarm(_message.Message):
     __slots__ = ("code", "severity", "text")

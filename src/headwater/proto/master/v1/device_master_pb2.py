@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'headwater/master/v1/device_master.proto\x12\x13headwater.master.v1\"h\n\x0c\x44\x65viceMaster\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x0c\n\x04site\x18\x02 \x01(\t\x12\x11\n\tarea_code\x18\x03 \x01(\t\x12\x15\n\rvendor_format\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'headwater/master/v1/device_master.proto\x12\x13headwater.master.v1\"x\n\x0c\x44\x65viceMaster\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x0c\n\x04site\x18\x02 \x01(\t\x12\x11\n\tarea_code\x18\x03 \x01(\t\x12\x15\n\rvendor_format\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'headwater.master.v1.device_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEVICEMASTER']._serialized_start=64
-  _globals['_DEVICEMASTER']._serialized_end=168
+  _globals['_DEVICEMASTER']._serialized_end=184
 # @@protoc_insertion_point(module_scope)

@@ -6,15 +6,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeviceMaster(_message.Message):
-    __slots__ = ("device_id", "site", "area_code", "vendor_format", "model")
+    __slots__ = ("device_id", "site", "area_code", "vendor_format", "model", "tenant")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
     AREA_CODE_FIELD_NUMBER: _ClassVar[int]
     VENDOR_FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     site: str
     area_code: str
     vendor_format: str
     model: str
-    def __init__(self, device_id: _Optional[str] = ..., site: _Optional[str] = ..., area_code: _Optional[str] = ..., vendor_format: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, device_id: _Optional[str] = ..., site: _Optional[str] = ..., area_code: _Optional[str] = ..., vendor_format: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,146 @@
+"""Start, wait for and stop the dev stack's pieces: shared by ``run`` and ``up``.
+
+The broker is an :class:`~headwater.devstack.broker.EmbeddedBroker`; the ingest service
+and the enricher are ``headwater`` subprocesses, each logging to a file of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from headwater.kafka_admin import ensure_topics
+from headwater.topics import all_topics
+
+#: The dev stack lowers the payload limit so that oversized messages are cheap to make.
+DEV_MAX_PAYLOAD_BYTES = 64 * 1024
+#: ``python -m headwater.cli``: the services run with the interpreter of the caller.
+CLI = [sys.executable, "-m", "headwater.cli"]
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The loopback ports of a dev stack's services."""
+
+    kafka: int
+    grpc: int
+    ingest_metrics: int
+    enricher_metrics: int
+
+
+def service_env(
+    bootstrap: str,
+    ports: Ports,
+    workdir: Path,
+    tokens_file: Path,
+    max_payload_bytes: int | None = None,
+) -> dict[str, str]:
+    """Return the environment of the ingest service and the enricher of a dev stack."""
+    env = {
+        **os.environ,
+        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{ports.grpc}",
+        "HEADWATER_INGEST_METRICS_PORT": str(ports.ingest_metrics),
+        "HEADWATER_ENRICHER_METRICS_PORT": str(ports.enricher_metrics),
+        "HEADWATER_INGEST_TOKENS_FILE": str(tokens_file),
+        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(workdir / "checkpoint"),
+        "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
+    }
+    if max_payload_bytes is not None:
+        env["HEADWATER_INGEST_MAX_PAYLOAD_BYTES"] = str(max_payload_bytes)
+    return env
+
+
+def create_topics(bootstrap: str) -> None:
+    """Create every Headwater topic that is missing (3 partitions, one replica)."""
+    ensure_topics(bootstrap, all_topics(partitions=3, replication_factor=1))
+
+
+def start_process(cmd: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its output appended to ``log`` and no standard input."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd, env=dict(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+
+def start_ingest(env: Mapping[str, str], workdir: Path) -> subprocess.Popen[bytes]:
+    """Start ``headwater ingest serve`` logging to ``<workdir>/ingest.log``."""
+    return start_process([*CLI, "ingest", "serve"], env, workdir / "ingest.log")
+
+
+def start_enricher(
+    env: Mapping[str, str], workdir: Path, max_seconds: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``headwater enricher run`` logging to ``<workdir>/enricher.log``."""
+    cmd = [*CLI, "enricher", "run"]
+    if max_seconds is not None:
+        cmd += ["--max-seconds", str(max_seconds)]
+    return start_process(cmd, env, workdir / "enricher.log")
+
+
+async def health_status(target: str, timeout_s: float = 1.0) -> str:
+    """Return the gRPC health of ``target`` ("SERVING", "NOT_SERVING", or "UNREACHABLE")."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError:
+            return "UNREACHABLE"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+async def wait_serving(target: str, proc: subprocess.Popen[bytes], within_s: float) -> None:
+    """Wait until the ingest service at ``target`` reports SERVING.
+
+    Raises:
+        RuntimeError: the process exited, or it was not SERVING within ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ingest service exited with {proc.returncode}: see ingest.log")
+        if await health_status(target) == "SERVING":
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"ingest service not SERVING after {within_s}s: see ingest.log")
+
+
+async def wait_first_batch(
+    checkpoint: Path, enricher: subprocess.Popen[bytes], within_s: float
+) -> None:
+    """Wait until the enricher committed its first micro-batch.
+
+    Raises:
+        RuntimeError: the enricher exited, or ran no micro-batch within ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    while not (checkpoint / "commits" / "0").exists():
+        if enricher.poll() is not None:
+            raise RuntimeError(f"enricher exited with {enricher.returncode}: see enricher.log")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"enricher ran no micro-batch within {within_s}s: see enricher.log")
+        await asyncio.sleep(0.5)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM ``proc`` (our services drain on it), then SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -1,0 +1,249 @@
+"""The dev stack supervisor: owns the broker, ingest and enricher until SIGTERM.
+
+``headwater devstack up`` starts it as a detached process (a session of its own, so closing
+the terminal does not stop it); ``headwater devstack serve`` runs it in the foreground.
+It records every step in the state file, watches the pieces while they run, and on SIGTERM
+or SIGINT stops the enricher, drains the ingest service, then stops the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from confluent_kafka import Producer
+
+from headwater.devstack import state as stack_state
+from headwater.devstack.broker import EmbeddedBroker
+from headwater.devstack.services import (
+    Ports,
+    create_topics,
+    service_env,
+    start_enricher,
+    start_ingest,
+    stop_process,
+    wait_first_batch,
+    wait_serving,
+)
+from headwater.devstack.vendors import ACME_TELEMETRY
+from headwater.ingest.auth import hash_token
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.topics import MASTER_DEVICES_TOPIC, scoped_key
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+GATEWAY_ID = "dev-gateway"
+DEMO_DEVICE = "demo-001"
+#: The tenant the generated tokens file binds the demo gateway to.
+DEMO_TENANT = "dev"
+#: Spark needs tens of seconds to start on a small machine, more on a first run.
+ENRICHER_START_S = 300.0
+INGEST_START_S = 60.0
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """Where a background stack keeps its files, its ports, and whether Spark runs."""
+
+    workdir: Path
+    ports: Ports
+    with_enricher: bool = True
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGINT arrived while starting."""
+
+
+def _token(workdir: Path) -> str:
+    """The dev gateway's bearer token: kept across restarts, so copied commands still work."""
+    path = workdir / "gateway-token"
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    return token
+
+
+def _tokens_yaml(token: str) -> str:
+    return (
+        "# Written by headwater devstack up: one gateway that may publish for any device.\n"
+        "gateways:\n"
+        f"  - id: {GATEWAY_ID}\n"
+        f"    tenant: {DEMO_TENANT}\n"
+        f"    token_sha256: {hash_token(token)}\n"
+        '    devices: ["*"]\n'
+    )
+
+
+def _publish_demo_master(bootstrap: str) -> None:
+    """Master data for the demo device, so that its messages are enriched."""
+    master = device_master_pb2.DeviceMaster(
+        device_id=DEMO_DEVICE,
+        site="plant-dev",
+        area_code="A0",
+        vendor_format=ACME_TELEMETRY,
+        model="sim-1",
+        tenant=DEMO_TENANT,
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    key = scoped_key(DEMO_TENANT, DEMO_DEVICE)
+    producer.produce(MASTER_DEVICES_TOPIC, master.SerializeToString(), key)
+    if producer.flush(30):
+        raise RuntimeError("master data for the demo device was not acknowledged in 30 s")
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
+    """Await ``work``; raise :class:`_Stopped` (cancelling it) if a stop signal comes first."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise _Stopped
+    return task.result()
+
+
+async def _in_thread(work: Callable[[], object], stop: asyncio.Event) -> None:
+    """Run blocking ``work`` to its end (it is bounded), then honour a stop that came meanwhile.
+
+    A thread cannot be cancelled: abandoning it would let it run on beside the teardown
+    (a broker still starting while it is being stopped).
+    """
+    await asyncio.to_thread(work)
+    if stop.is_set():
+        raise _Stopped
+
+
+class Supervisor:
+    """One background dev stack: start, watch, stop."""
+
+    def __init__(self, opts: StackOptions) -> None:
+        self.opts = opts
+        self.workdir = opts.workdir.resolve()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.broker: EmbeddedBroker | None = None
+        self.state: stack_state.StackState | None = None
+
+    def _save(self, **changes: object) -> None:
+        assert self.state is not None
+        for key, value in changes.items():
+            setattr(self.state, key, value)
+        stack_state.write(self.workdir, self.state)
+        if "step" in changes:
+            log.info(str(changes["step"]))
+
+    async def run(self) -> int:
+        """Start everything, run until SIGTERM/SIGINT, stop everything; 1 if start failed."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        token = _token(self.workdir)
+        (self.workdir / "tokens.yaml").write_text(_tokens_yaml(token))
+        ports = self.opts.ports
+        self.state = stack_state.StackState(
+            supervisor_pid=os.getpid(),
+            workdir=str(self.workdir),
+            ports={
+                "kafka": ports.kafka,
+                "grpc": ports.grpc,
+                "ingest_metrics": ports.ingest_metrics,
+                "enricher_metrics": ports.enricher_metrics,
+            },
+            with_enricher=self.opts.with_enricher,
+            token=token,
+            gateway_id=GATEWAY_ID,
+            device_id=DEMO_DEVICE,
+        )
+        failed = False
+        try:
+            await self._start(stop)
+            self._save(status="up", step="up")
+            await self._watch(stop)
+        except _Stopped:
+            log.info("stop requested while starting")
+        except Exception as exc:
+            failed = True
+            log.exception("dev stack failed to start")
+            self._save(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            if not failed:
+                self._save(status="stopping", step="stopping")
+            self._stop_all()
+        if not failed:
+            stack_state.remove(self.workdir)
+        log.info("dev stack stopped")
+        return 1 if failed else 0
+
+    async def _start(self, stop: asyncio.Event) -> None:
+        ports, workdir = self.opts.ports, self.workdir
+        self._save(step="starting the Kafka broker")
+        self.broker = EmbeddedBroker(
+            port=ports.kafka, log_path=workdir / "broker.log", data_dir=workdir / "kafka"
+        )
+        await _in_thread(self.broker.start, stop)
+        if self.broker.pid:
+            self._save(pids={**self._pids(), "broker": self.broker.pid})
+        bootstrap = self.broker.bootstrap_servers
+        self._save(step="creating topics and the demo device's master data")
+        await _in_thread(lambda: create_topics(bootstrap), stop)
+        await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
+        env = service_env(bootstrap, ports, workdir, workdir / "tokens.yaml")
+        self._save(step="starting the ingest service")
+        self.procs["ingest"] = start_ingest(env, workdir)
+        self._save(pids=self._pids())
+        target = f"127.0.0.1:{ports.grpc}"
+        await _unless_stopped(wait_serving(target, self.procs["ingest"], INGEST_START_S), stop)
+        if self.opts.with_enricher:
+            self._save(step="starting the enricher (Spark takes a while)")
+            self.procs["enricher"] = start_enricher(env, workdir)
+            self._save(pids=self._pids())
+            await _unless_stopped(
+                wait_first_batch(workdir / "checkpoint", self.procs["enricher"], ENRICHER_START_S),
+                stop,
+            )
+
+    def _pids(self) -> dict[str, int]:
+        pids = {name: proc.pid for name, proc in self.procs.items()}
+        if self.broker is not None and self.broker.pid:
+            pids["broker"] = self.broker.pid
+        return pids
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        """Until stopped: record a piece that exits (status then says degraded)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            assert self.state is not None
+            for name, proc in self.procs.items():
+                code = proc.poll()
+                if code is not None and name not in self.state.exited:
+                    log.error("%s exited with code %s: see %s.log", name, code, name)
+                    self._save(status="degraded", exited={**self.state.exited, name: code})
+
+    def _stop_all(self) -> None:
+        """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""
+        if "enricher" in self.procs:
+            stop_process(self.procs["enricher"], timeout=60)
+        if "ingest" in self.procs:
+            stop_process(self.procs["ingest"], timeout=40)  # drain grace (20 s) and a flush
+        if self.broker is not None:
+            self.broker.stop()

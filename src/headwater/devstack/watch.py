@@ -1,0 +1,100 @@
+"""``headwater devstack watch``: print the records of Headwater topics as they arrive.
+
+Each record is one JSON line (topic, partition, offset, key, and the value decoded with
+the message type the topic carries). It reads without a consumer group, so it never
+moves anyone's offsets, and stops after ``--max-records`` or ``--max-seconds``, or on
+Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from google.protobuf import descriptor_pool, json_format, message_factory
+
+from headwater.contracts import TOPIC_MESSAGES
+from headwater.topics import COMPLETIONS_TOPIC, DEADLETTER_TOPIC, EVENT_TOPICS
+
+DEFAULT_TOPICS = [*EVENT_TOPICS.values(), COMPLETIONS_TOPIC, DEADLETTER_TOPIC]
+
+
+def decode(topic: str, value: bytes | None) -> Any:
+    """Decode a record value with the topic's message type (JSON form); raw text otherwise."""
+    name = TOPIC_MESSAGES.get(topic)
+    if name is None or value is None:
+        return None if value is None else value.decode(errors="replace")
+    cls = message_factory.GetMessageClass(descriptor_pool.Default().FindMessageTypeByName(name))
+    return json_format.MessageToDict(cls.FromString(value))
+
+
+def follow(
+    bootstrap: str,
+    topics: list[str],
+    from_beginning: bool,
+    max_records: int | None,
+    max_seconds: float | None,
+) -> Iterator[dict[str, Any]]:
+    """Yield the records of ``topics`` as dicts, within the given bounds."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "headwater-devstack-watch",  # required; never used: no subscribe
+            "enable.auto.commit": False,
+        }
+    )
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    try:
+        metadata = consumer.list_topics(timeout=10).topics
+        assignment = [
+            TopicPartition(topic, partition, start)
+            for topic in topics
+            if topic in metadata
+            for partition in metadata[topic].partitions
+        ]
+        consumer.assign(assignment)
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        seen = 0
+        while (deadline is None or time.monotonic() < deadline) and (
+            max_records is None or seen < max_records
+        ):
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            seen += 1
+            topic = msg.topic() or ""
+            yield {
+                "topic": topic,
+                "partition": msg.partition(),
+                "offset": msg.offset(),
+                "key": (msg.key() or b"").decode(errors="replace"),
+                "value": decode(topic, msg.value()),
+            }
+    finally:
+        consumer.close()
+
+
+def watch(
+    bootstrap: str,
+    topics: list[str],
+    from_beginning: bool,
+    max_records: int | None,
+    max_seconds: float | None,
+) -> int:
+    """Print records as JSON lines until a bound or a stop signal; return the exit code."""
+
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for record in follow(bootstrap, topics, from_beginning, max_records, max_seconds):
+            print(json.dumps(record), flush=True)
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,99 @@
+"""The run's closing table and its progress line (pure units: no broker needed)."""
+
+from __future__ import annotations
+
+import io
+
+from headwater.devstack.progress import ProgressLine
+from headwater.devstack.summary import guarantees, render
+
+SUMMARY = {
+    "duration_s": 60.0,
+    "sent": 30000,
+    "acked": 29500,
+    "rejected": {"PAYLOAD_TOO_LARGE": 12, "INVALID_MESSAGE": 30},
+    "retried": {"INVALID_TOKEN": 40},
+    "still_spooled": {"gw-rogue": 300},
+    "duplicates_sent": 100,
+    "poison_sent": 20,
+    "throughput_msgs_per_s": 491.7,
+    "spool_to_ack_p50_ms": 2.1,
+    "spool_to_ack_p99_ms": 12.5,
+    "ingest_records_in_kafka": 29600,
+    "acked_but_missing_in_kafka": 0,
+    "enricher": {
+        "events": 29000,
+        "completions": {"ENRICHED": 29000, "DUPLICATE": 100},
+        "dead_letters": {},
+        "retries": 5,
+        "state_snapshots": 29000,
+        "messages_without_terminal_completion": 3,
+        "end_to_end_p50_ms": 800.0,
+        "end_to_end_p99_ms": 2100.5,
+    },
+}
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def row(table: str, measure: str) -> list[str]:
+    """The cells of the row naming ``measure`` (stage column first when it has one)."""
+    (line,) = [ln for ln in table.splitlines() if f" {measure} " in f" {ln} "]
+    return line.split()
+
+
+def test_table_groups_rows_by_stage_and_marks_each_guarantee():
+    table = render(SUMMARY)
+    lines = table.splitlines()
+    header = lines.index(next(ln for ln in lines if ln.startswith("stage")))
+    rows = lines[header : lines.index("", header)]  # the table ends at the blank line
+    stages = [ln.split()[0] for ln in rows if ln[:1].isalpha()]
+    assert stages == ["stage", "ingest", "enricher", "guarantees"]
+    assert row(table, "acked but missing in Kafka")[-2:] == ["0", "PASS"]
+    assert row(table, "messages without a terminal completion")[-2:] == ["3", "FAIL"]
+    assert "a guarantee FAILED" in table
+    # Counts by reason: a total, then one indented row per reason.
+    assert row(table, "rejected")[-1] == "42"
+    assert row(table, "- PAYLOAD_TOO_LARGE")[-1] == "12"
+    assert row(table, "- ENRICHED")[-1] == "29000"
+    # Columns line up: every value ends in the same column.
+    ends = {len(ln.rstrip()) for ln in rows if ln.split()[-1].isdigit()}
+    assert len(ends) == 1, ends
+
+
+def test_without_the_enricher_one_guarantee_is_checked():
+    ingest_only = {k: v for k, v in SUMMARY.items() if k != "enricher"}
+    assert [g.name for g in guarantees(ingest_only)] == ["acked but missing in Kafka"]
+    table = render(ingest_only)
+    assert "enricher" not in table and "every guarantee held" in table
+
+
+def test_progress_rewrites_one_line_on_a_terminal():
+    screen = Terminal()
+    display = ProgressLine(screen)
+    display.update("sent 10")
+    display.update("sent 20")
+    display.close()
+    assert screen.getvalue() == "\rsent 10\x1b[K\rsent 20\x1b[K\n"
+    assert screen.getvalue().count("\n") == 1
+
+
+def test_progress_writes_one_line_per_update_elsewhere():
+    log = io.StringIO()
+    display = ProgressLine(log)
+    display.update("sent 10")
+    display.message("enricher started")
+    display.update("sent 20")
+    display.close()
+    assert log.getvalue() == "sent 10\nenricher started\nsent 20\n"
+
+
+def test_a_message_ends_the_updating_line_first():
+    screen = Terminal()
+    display = ProgressLine(screen)
+    display.update("sent 10")
+    display.message("done")
+    assert screen.getvalue() == "\rsent 10\x1b[K\ndone\n"

@@ -1,0 +1,359 @@
+"""Each vendor format as a unit: tolerant decoding, JSON decisions, Sparkplug B, OPC UA PubSub.
+
+The Sparkplug B payloads here are encoded by hand from the specification's field numbers
+(Eclipse Sparkplug 3.0, 6.4 "Payload"), not with our .proto, so a wrong field number or type
+in proto/headwater/sparkplug/v1/sparkplug_b.proto fails these tests. The OPC UA messages follow
+the layouts of OPC 10000-14, 7.2.5 (1.04 and 1.05 encodings).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from headwater.enricher.births import Definitions, apply_to_row
+from headwater.enricher.formats.base import NormalizeError
+from headwater.enricher.normalize import normalize_message
+from headwater.protowire import length_field, varint, varint_field
+from tests.enricher.kafkatools import ACME, ALARM, GLOBEX, INITECH
+
+SPB = "application/vnd.eclipse.sparkplug.b+protobuf"
+DBIRTH = SPB + "; message-type=DBIRTH"
+DDATA = SPB + "; message-type=DDATA"
+OPCUA = "application/vnd.opcfoundation.uapubsub+json"
+MEASURED = [
+    {"name": "temperature", "value": 21.5, "unit": "celsius", "time_ms": None},
+    {"name": "humidity", "value": 40.1, "unit": "percent", "time_ms": None},
+    {"name": "voltage", "value": 3.3, "unit": "volt", "time_ms": None},
+]
+
+
+# --- tolerant decoding -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"294.65,0.401,3300",
+        b"294.65,0.401,3300\r\n",
+        b"\xef\xbb\xbf294.65,0.401,3300\r\n",
+        b" 294.65 , 0.401 ,\t3300 \n",
+        b"\r\n294.65,0.401,3300\r\n\r\n",
+    ],
+)
+def test_csv_tolerates_bom_crlf_and_spaces(payload: bytes) -> None:
+    assert normalize_message(INITECH, payload)["measurements"] == MEASURED
+
+
+def test_csv_honours_the_charset_parameter() -> None:
+    # UTF-16 with its own BOM: only readable when the charset is honoured.
+    payload = "294.65,0.401,3300\r\n".encode("utf-16")
+    assert normalize_message(INITECH, payload)["error_reason"] == "PAYLOAD_UNDECODABLE"
+    out = normalize_message(INITECH + "; charset=UTF-16", payload)
+    assert out["measurements"] == MEASURED
+
+
+def test_an_unknown_charset_is_named() -> None:
+    out = normalize_message(INITECH + "; charset=klingon", b"1,2,3")
+    assert (out["error_reason"], out["error_message"]) == (
+        "PAYLOAD_UNDECODABLE",
+        "unknown charset 'klingon'",
+    )
+
+
+def test_json_tolerates_a_bom() -> None:
+    out = normalize_message(ACME, b'\xef\xbb\xbf{"temp_c": 21.5}')
+    assert out["measurements"] == MEASURED[:1]
+
+
+def test_json_with_duplicate_names_is_rejected() -> None:
+    # RFC 8259 4: duplicates are unpredictable; one reader's first is another's last.
+    out = normalize_message(ACME, b'{"temp_c": 21.5, "temp_c": 99}')
+    assert out["error_reason"] == "PAYLOAD_UNDECODABLE"
+    assert "duplicate name 'temp_c'" in out["error_message"]
+    nested = b'{"readings": [{"k": "temperature", "v": 1, "v": 2, "u": "C"}]}'
+    assert normalize_message(GLOBEX, nested)["error_reason"] == "PAYLOAD_UNDECODABLE"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "payload", "field"),
+    [
+        (ACME, b'{"temp_c": NaN}', "temperature"),
+        (ACME, b'{"hum_pct": Infinity}', "humidity"),
+        (ACME, b'{"temp_c": -Infinity}', "temperature"),
+        (ACME, b'{"temp_c": 1e999}', "temperature"),  # overflows a double
+        (ACME, b'{"temp_c": 1' + b"0" * 400 + b"}", "temperature"),  # an integer beyond a double
+        (GLOBEX, b'{"readings": [{"k": "pressure", "v": 1e308, "u": "kPa"}]}', "pressure"),
+        (INITECH, b"nan,0.4,3300", "temperature"),
+        (INITECH, b"294,inf,3300", "humidity"),
+        (INITECH, b"294,0.4,1e999", "voltage"),
+    ],
+)
+def test_non_finite_values_are_invalid_and_name_the_field(
+    content_type: str, payload: bytes, field: str
+) -> None:
+    out = normalize_message(content_type, payload)
+    assert out["error_reason"] == "PAYLOAD_INVALID"
+    assert out["error_message"].startswith(f"{field}: ")
+
+
+def test_a_plugin_that_returns_nan_is_caught_by_the_one_check(monkeypatch) -> None:
+    from headwater.enricher.formats import Measurement, Normalized, registry
+
+    def sloppy(payload: bytes, media: object) -> Normalized:
+        return Normalized("telemetry", "sloppy", [Measurement("flow", float("nan"), "")])
+
+    monkeypatch.setitem(registry.REGISTRY, "application/x-sloppy", sloppy)
+    out = normalize_message("application/x-sloppy", b"")
+    assert (out["error_reason"], out["error_message"]) == (
+        "PAYLOAD_INVALID",
+        "flow: nan is not a finite number",
+    )
+
+
+def test_existing_formats_still_normalize() -> None:
+    assert normalize_message(ALARM, b'{"code": "E1", "severity": "WARNING"}')["alarm_severity"] == 2
+
+
+# --- Sparkplug B ----------------------------------------------------------------------------
+# Field numbers from the specification: Payload{timestamp=1 uint64, metrics=2, seq=3};
+# Metric{name=1, alias=2, timestamp=3, datatype=4, is_null=7, properties=9, int_value=10,
+# long_value=11, float_value=12, double_value=13, boolean_value=14, string_value=15};
+# PropertySet{keys=1, values=2}; PropertyValue{type=1, string_value=8}.
+
+
+def _metric(
+    name: str = "",
+    alias: int | None = None,
+    datatype: int = 0,
+    ts: int | None = None,
+    unit: str = "",
+    is_null: bool = False,
+    **value: object,
+) -> bytes:
+    out = length_field(1, name.encode()) if name else b""
+    if alias is not None:
+        out += varint_field(2, alias)
+    if ts is not None:
+        out += varint_field(3, ts)
+    if datatype:
+        out += varint_field(4, datatype)
+    if is_null:
+        out += varint_field(7, 1)
+    if unit:
+        prop = varint_field(1, 12) + length_field(8, unit.encode())
+        out += length_field(9, length_field(1, b"engUnit") + length_field(2, prop))
+    for kind, v in value.items():
+        if kind == "int_value":
+            out += varint_field(10, int(v) & 0xFFFFFFFF)  # type: ignore[call-overload]
+        elif kind == "long_value":
+            out += varint_field(11, int(v) & 0xFFFFFFFFFFFFFFFF)  # type: ignore[call-overload]
+        elif kind == "float_value":
+            out += varint(12 << 3 | 5) + struct.pack("<f", v)
+        elif kind == "double_value":
+            out += varint(13 << 3 | 1) + struct.pack("<d", v)
+        elif kind == "boolean_value":
+            out += varint_field(14, int(bool(v)))
+        elif kind == "string_value":
+            out += length_field(15, str(v).encode())
+    return out
+
+
+def _payload(*metrics: bytes, ts: int = 1_700_000_000_000, seq: int = 0) -> bytes:
+    return (
+        varint_field(1, ts) + b"".join(length_field(2, m) for m in metrics) + varint_field(3, seq)
+    )
+
+
+BIRTH = _payload(
+    _metric("Temp", alias=1, datatype=9, unit="°F", float_value=70.7),
+    _metric("Pressure", alias=2, datatype=10, unit="hPa", double_value=1013.25),
+    _metric("Offset", alias=3, datatype=2, int_value=-2),  # Int16, sign-extended
+    _metric("Running", alias=4, datatype=11, boolean_value=True),
+    _metric("Serial", alias=5, datatype=12, string_value="SN-1"),  # not a measurement
+    _metric("Counter", alias=6, datatype=4, long_value=-5),  # Int64, two's complement
+    _metric("Spare", alias=7, datatype=10, is_null=True),  # null: defined, no value
+    _metric("Started", alias=8, datatype=13, long_value=1_600_000_000_000),  # DateTime
+)
+
+
+def _resolve(content_type: str, payload: bytes, defs: Definitions) -> list[dict[str, object]]:
+    row = normalize_message(content_type, payload)
+    assert not row.get("error_reason"), row
+    return apply_to_row(row, defs)["measurements"]
+
+
+def test_sparkplug_birth_defines_metrics_and_is_measured() -> None:
+    defs = Definitions()
+    got = _resolve(DBIRTH, BIRTH, defs)
+    t = 1_700_000_000_000
+    assert got == [
+        {"name": "Temp", "value": 21.5, "unit": "celsius", "time_ms": t},
+        {"name": "Pressure", "value": 101325.0, "unit": "pascal", "time_ms": t},
+        {"name": "Offset", "value": -2.0, "unit": "", "time_ms": t},
+        {"name": "Running", "value": 1.0, "unit": "", "time_ms": t},
+        {"name": "Counter", "value": -5.0, "unit": "", "time_ms": t},
+    ]
+    assert defs.names == {
+        i: n
+        for i, n in enumerate(
+            ["Temp", "Pressure", "Offset", "Running", "Serial", "Counter", "Spare", "Started"], 1
+        )
+    }
+
+
+def test_sparkplug_data_by_alias_takes_name_type_and_unit_from_the_birth() -> None:
+    defs = Definitions()
+    _resolve(DBIRTH, BIRTH, defs)
+    data = _payload(
+        _metric(alias=1, ts=1_700_000_005_000, float_value=212.0),  # per-metric timestamp
+        _metric(alias=3, int_value=0xFFFF),  # no datatype: Int16 from the birth -> -1
+        _metric(alias=8, long_value=1_700_000_000_000),  # DateTime: not a measurement
+        _metric(alias=2, is_null=True),  # null: no measurement
+        ts=1_700_000_001_000,
+    )
+    assert _resolve(DDATA, data, defs) == [
+        {"name": "Temp", "value": 100.0, "unit": "celsius", "time_ms": 1_700_000_005_000},
+        {"name": "Offset", "value": -1.0, "unit": "", "time_ms": 1_700_000_001_000},
+    ]
+
+
+def test_sparkplug_unknown_alias_is_a_dead_letter_naming_it() -> None:
+    row = normalize_message(DDATA, _payload(_metric(alias=9, double_value=1.0)))
+    with pytest.raises(NormalizeError, match="metric alias 9 is not defined by a birth"):
+        apply_to_row(row, Definitions())
+
+
+def test_sparkplug_rebirth_replaces_the_aliases() -> None:
+    defs = Definitions()
+    _resolve(DBIRTH, BIRTH, defs)
+    _resolve(
+        DBIRTH, _payload(_metric("Flow", alias=1, datatype=10, unit="l/min", double_value=6)), defs
+    )
+    assert defs.names == {1: "Flow"}
+    assert _resolve(DDATA, _payload(_metric(alias=1, double_value=60.0)), defs)[0]["value"] == 0.001
+
+
+def test_sparkplug_definitions_survive_the_state_round_trip() -> None:
+    defs = Definitions()
+    _resolve(DBIRTH, BIRTH, defs)
+    assert Definitions.from_json(defs.to_json()) == defs
+
+
+@pytest.mark.parametrize(
+    ("content_type", "payload", "reason", "says"),
+    [
+        (SPB, b"\xff\xff\xff", "PAYLOAD_UNDECODABLE", "not a Sparkplug B payload"),
+        (DBIRTH, _payload(_metric(alias=1, double_value=1.0)), "PAYLOAD_INVALID", "needs a name"),
+        (DDATA, _payload(_metric(double_value=1.0)), "PAYLOAD_INVALID", "neither name nor alias"),
+        (SPB + "; message-type=BOGUS", _payload(), "PAYLOAD_INVALID", "BOGUS"),
+        (DDATA, _payload(_metric("x", double_value=float("nan"))), "PAYLOAD_INVALID", "x: nan"),
+        (DDATA, _payload(_metric("t", ts=2**63, double_value=1.0)), "PAYLOAD_INVALID", "t: time"),
+        (DDATA, _payload(_metric("u", unit="wibbles", double_value=1.0)), None, None),
+    ],
+)
+def test_sparkplug_bad_payloads(content_type: str, payload: bytes, reason, says) -> None:
+    out = normalize_message(content_type, payload)
+    if reason is None:  # the unit is only converted when the reading is resolved
+        with pytest.raises(NormalizeError, match="unknown unit 'wibbles'"):
+            apply_to_row(out, Definitions())
+        return
+    assert out["error_reason"] == reason
+    assert says in out["error_message"]
+
+
+# --- OPC UA PubSub JSON ----------------------------------------------------------------------
+
+
+def _network(*messages: dict[str, object]) -> bytes:
+    return json.dumps(
+        {
+            "MessageId": "32235546-05d9-4fd7-97df-ea3ff3408574",
+            "MessageType": "ua-data",
+            "PublisherId": "MyPublisher",
+            "Messages": list(messages),
+        }
+    ).encode()
+
+
+def test_opcua_network_message_with_two_data_set_messages() -> None:
+    payload = _network(
+        {
+            "DataSetWriterId": 1,
+            "SequenceNumber": 224,
+            "MetaDataVersion": {"MajorVersion": 1, "MinorVersion": 1},
+            "Timestamp": "2023-11-14T22:13:20.1234567Z",
+            "MessageType": "ua-keyframe",
+            "Payload": {
+                "Temperature": {"Type": 11, "Body": 21.5},  # 1.04 Variant
+                "Count": {"Type": 8, "Body": "-9007199254740993"},  # Int64 as a string
+                "Name": {"Type": 12, "Body": "oven"},  # String: not a measurement
+                "Raw": 7,  # RawData field encoding
+                "On": {"Type": 1, "Body": True},
+            },
+        },
+        {
+            "DataSetWriterId": 2,
+            "Payload": {
+                # 1.04 DataValue with a Bad status (BadSensorFailure): not a measurement.
+                "Broken": {"Value": {"Type": 11, "Body": 99.0}, "Status": 0x808B0000},
+                # 1.05 DataValue: flattened Variant + StatusCode object + source time.
+                "Speed": {
+                    "UaType": 10,
+                    "Value": 1.5,
+                    "StatusCode": {"Code": 0x40000000, "Symbol": "Uncertain"},
+                    "SourceTimestamp": "2023-11-14T22:13:21Z",
+                },
+                "Gone": {"UaType": 11, "Value": 3.0, "StatusCode": {"Code": 2150891520}},
+            },
+        },
+    )
+    out = normalize_message(OPCUA, payload)
+    t = 1_700_000_000_123
+    assert out["source_format"] == "opcua.pubsub+json"
+    assert [(m["name"], m["value"], m["time_ms"]) for m in out["measurements"]] == [
+        ("Temperature", 21.5, t),
+        ("Count", -9007199254740992.0, t),
+        ("Raw", 7.0, t),
+        ("On", 1.0, t),
+        ("Speed", 1.5, 1_700_000_001_000),
+    ]
+    assert {m["unit"] for m in out["measurements"]} == {""}
+
+
+def test_opcua_bad_data_set_status_drops_the_whole_message_and_keepalives_are_empty() -> None:
+    payload = _network(
+        {"DataSetWriterId": 1, "Status": 0x80000000, "Payload": {"X": 1.0}},
+        {"DataSetWriterId": 2, "MessageType": "ua-keepalive"},
+    )
+    assert normalize_message(OPCUA, payload)["measurements"] == []
+
+
+def test_opcua_without_network_header_is_an_array_of_data_set_messages() -> None:
+    payload = json.dumps([{"Payload": {"A": 1}}, {"Payload": {"B": {"Type": 6, "Body": -3}}}])
+    out = normalize_message(OPCUA, payload.encode())
+    assert [(m["name"], m["value"]) for m in out["measurements"]] == [("A", 1.0), ("B", -3.0)]
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason", "says"),
+    [
+        (_network({"Payload": {"T": {"Type": 11, "Body": "NaN"}}}), "PAYLOAD_INVALID", "T: nan"),
+        (
+            _network({"Payload": {"T": {"Type": 6, "Body": 1.5}}}),
+            "PAYLOAD_INVALID",
+            "match its type",
+        ),
+        (_network({"Timestamp": "yesterday", "Payload": {}}), "PAYLOAD_INVALID", "bad timestamp"),
+        (b'{"MessageType": "ua-data"}', "PAYLOAD_INVALID", "expected Messages"),
+        (b'{"MessageType": "ua-other", "Messages": []}', "PAYLOAD_INVALID", "not ua-data"),
+        (b"[1]", "PAYLOAD_INVALID", "not an object"),
+        (b"{", "PAYLOAD_UNDECODABLE", "not JSON"),
+    ],
+)
+def test_opcua_bad_payloads(payload: bytes, reason: str, says: str) -> None:
+    out = normalize_message(OPCUA, payload)
+    assert out["error_reason"] == reason
+    assert says in out["error_message"]

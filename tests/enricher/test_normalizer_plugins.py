@@ -1,0 +1,94 @@
+"""Normalizers users add without forking: a real distribution with an entry point.
+
+A tiny distribution (module + ``.dist-info`` with ``entry_points.txt``, what pip writes on
+install) is put on a temporary sys.path; ``importlib.metadata`` finds it like any installed
+package, in this process and in a fresh ``headwater normalize`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headwater.enricher.formats import registry
+from headwater.enricher.normalize import normalize_message
+
+PLUGIN = """
+from headwater.enricher.formats import Normalized, load_json, measure
+
+
+def normalize(payload, media):
+    doc = load_json(payload, media)
+    return Normalized("telemetry", "example.meter.v1+json", [measure("power", doc["kw"], "kW")])
+"""
+ENTRY_POINTS = """[headwater.normalizers]
+application/vnd.example.meter.v1+json = example_meter:normalize
+application/vnd.example.broken+json = example_meter_missing:normalize
+application/vnd.acme.telemetry.v1+json = example_meter:normalize
+"""
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    site = tmp_path / "site"
+    dist = site / "example_meter-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (site / "example_meter.py").write_text(PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: example-meter\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(site))
+    registry.reload_plugins()
+    yield site
+    monkeypatch.undo()
+    sys.modules.pop("example_meter", None)
+    registry.reload_plugins()  # forget the plugin: other tests see the built-ins only
+    assert "application/vnd.example.meter.v1+json" not in registry.REGISTRY
+
+
+def test_an_installed_entry_point_is_loaded_and_used(installed: Path) -> None:
+    out = normalize_message("application/vnd.example.meter.v1+json", b'{"kw": 1.5}')
+    assert out["measurements"] == [
+        {"name": "power", "value": 1500.0, "unit": "watt", "time_ms": None}
+    ]
+    by_type = {e.content_type: e for e in registry.loaded()}
+    assert by_type["application/vnd.example.meter.v1+json"].origin == (
+        "example-meter 0.1.0: example_meter:normalize"
+    )
+    # A plugin that does not import is skipped, and says why; the enricher goes on.
+    assert "ModuleNotFoundError" in by_type["application/vnd.example.broken+json"].error
+    assert normalize_message("application/vnd.example.broken+json", b"{}")["error_reason"] == (
+        "UNKNOWN_FORMAT"
+    )
+    # A plugin cannot take over a built-in format.
+    acme = [
+        e for e in registry.loaded() if e.content_type == "application/vnd.acme.telemetry.v1+json"
+    ]
+    assert [e.origin for e in acme if not e.error] == ["builtin"]
+
+
+def test_the_cli_loads_the_entry_point_in_a_fresh_process(installed: Path, tmp_path: Path) -> None:
+    payload = tmp_path / "meter.json"
+    payload.write_bytes(b'{"kw": 2}')
+    env = os.environ | {"PYTHONPATH": str(installed)}
+    cli = [sys.executable, "-m", "headwater.cli", "normalize"]
+    listed = subprocess.run(
+        [*cli, "--list"], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "application/vnd.example.meter.v1+json\texample-meter 0.1.0" in listed.stdout
+    done = subprocess.run(
+        [*cli, "-t", "application/vnd.example.meter.v1+json; charset=utf-8", str(payload)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    event = json.loads(done.stdout)["events"][0]
+    assert event["measurements"] == [{"name": "power", "value": 2000.0, "unit": "watt"}]
+    assert event["source_format"] == "example.meter.v1+json"

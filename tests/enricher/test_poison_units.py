@@ -1,0 +1,212 @@
+"""Poison-proof steps, as pure units, and a property test over what ingest accepts.
+
+The property test runs every message ingest's validation accepts through decode,
+normalize, the snapshot, event building, routing and Arrow encoding: none may raise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from headwater import record_headers as rh
+from headwater.enricher import arrowsafe, route
+from headwater.enricher.decode import decode_record
+from headwater.enricher.enrich import build_events
+from headwater.enricher.normalize import normalize_message
+from headwater.enricher.settings import EnricherTopics
+from headwater.enricher.state import _Snapshot
+from headwater.ingest.validation import DeviceMessageValidator
+from headwater.proto.device.v1 import device_message_pb2
+from tests.enricher.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers
+
+T = EnricherTopics.with_prefix("u.")
+VALIDATOR = DeviceMessageValidator(262144)
+
+
+def _decode(value: bytes, mid: str = "m1") -> dict[str, Any]:
+    headers = [{"key": k, "value": v} for k, v in ingest_headers(Msg(mid, "d", ACME, b""))]
+    return decode_record(T.ingest[0], b"d", value, headers, T.master)
+
+
+def _envelope(**kw: Any) -> device_message_pb2.DeviceMessage:
+    dm = device_message_pb2.DeviceMessage.FromString(envelope(Msg("m1", "d", ACME, b"{}")))
+    if "nanos" in kw:
+        dm.device_time.nanos = kw["nanos"]
+    if "seconds" in kw:
+        dm.device_time.seconds = kw["seconds"]
+    if "sequence" in kw:
+        dm.sequence = kw["sequence"]
+    return dm
+
+
+@pytest.mark.parametrize(
+    ("fields", "bad"),
+    [
+        ({"nanos": -1}, "device_time.nanos"),
+        ({"nanos": 1_000_000_000}, "device_time.nanos"),
+        ({"seconds": -1}, "device_time"),
+        ({"seconds": 253402300800}, "device_time"),
+        ({"sequence": 2**63}, "sequence"),
+        ({"sequence": 2**64 - 1}, "sequence"),
+    ],
+)
+def test_ingest_refuses_what_the_enricher_cannot_hold(fields: dict[str, int], bad: str) -> None:
+    assert [f for f, _ in VALIDATOR.violations(_envelope(**fields))] == [bad]
+
+
+def test_ingest_accepts_the_edges_of_the_ranges() -> None:
+    assert VALIDATOR.violations(_envelope(sequence=2**63 - 1, nanos=999_999_999)) == []
+    assert VALIDATOR.violations(_envelope(seconds=253402300799, nanos=0)) == []
+
+
+@pytest.mark.parametrize("fields", [{"nanos": -1}, {"sequence": 2**64 - 1}])
+def test_decode_dead_letters_envelopes_it_cannot_convert(fields: dict[str, int]) -> None:
+    out = _decode(_envelope(**fields).SerializeToString())
+    assert (out["error_stage"], out["error_reason"]) == ("decode", "ENVELOPE_INVALID")
+    assert out["message_id"] == "m1"  # still named, from the header
+
+
+@pytest.mark.parametrize(
+    ("content_type", "payload"),
+    [
+        (GLOBEX, b'{"readings": [{"k": "\\ud800", "v": 1, "u": "C"}]}'),
+        (ALARM, b'{"code": "E1", "text": "\\udfff"}'),
+        (ALARM, b'{"code": "\\ud800"}'),
+    ],
+)
+def test_lone_surrogates_are_an_encode_error_not_an_exception(
+    content_type: str, payload: bytes
+) -> None:
+    out = normalize_message(content_type, payload)
+    assert (out["error_stage"], out["error_reason"]) == ("encode", "UNENCODABLE_VALUE")
+
+
+def test_a_row_arrow_refuses_becomes_an_error_and_the_others_stay() -> None:
+    schema = pa.schema(
+        [
+            ("device_key", pa.string()),
+            ("error_stage", pa.string()),
+            ("error_reason", pa.string()),
+            ("error_class", pa.string()),
+            ("error_message", pa.string()),
+        ]
+    )
+    rows = [{"device_key": "ok"}, {"device_key": "bad\ud800"}, {"device_key": "ok2"}]
+    got = arrowsafe.record_batch(rows, schema).to_pylist()
+    assert [r["device_key"] for r in got] == ["ok", "bad?", "ok2"]
+    assert [r["error_stage"] for r in got] == [None, "encode", None]
+
+
+def _enriched(names: list[str]) -> dict[str, Any]:
+    ms = [{"name": n, "value": 1.0, "unit": "celsius"} for n in names]
+    return {
+        "tenant": "t",
+        "sequence": 1,
+        "device_time_ms": 1,
+        "message_id": "m",
+        "measurements": ms,
+    }
+
+
+def test_snapshot_keeps_at_most_the_cap_and_counts_the_rest() -> None:
+    snap = _Snapshot(None, "t", "d", max_latest=3)
+    snap.record(_enriched(["a", "b", "c", "d", "e"]))
+    snap.record(_enriched(["a", "x" * 200]))  # kept names update; new ones are dropped
+    state = snap.proto(0)
+    assert [v.name for v in state.latest_values] == ["a", "b", "c"]
+    assert state.latest_values_dropped == 3
+    # The dropped count survives the round trip through the state value.
+    again = _Snapshot(snap.value(), "t", "d", max_latest=3)
+    assert again.proto(0).latest_values_dropped == 3
+
+
+def test_snapshot_tenant_comes_from_the_key_not_the_message() -> None:
+    snap = _Snapshot(("other", 0, 0, 0, 0, "", "{}", 0), "t", "d")
+    snap.record(_enriched(["a"]) | {"tenant": "intruder"})
+    assert snap.proto(0).tenant == "t"
+
+
+# --- property: whatever ingest accepts, the steps never raise -------------------------
+
+_text = st.text(max_size=40)
+_json_value = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+_reading = st.fixed_dictionaries(
+    {
+        "k": _text,
+        "v": st.floats() | st.integers() | _text,
+        "u": st.sampled_from(["C", "F", "%", "x"]),
+    }
+)
+_payloads = st.one_of(
+    st.binary(max_size=200),
+    _json_value.map(lambda v: json.dumps(v).encode()),
+    st.lists(_reading, max_size=5).map(lambda r: json.dumps({"readings": r}).encode()),
+    st.fixed_dictionaries({"temp_c": _json_value, "hum_pct": _json_value}).map(
+        lambda d: json.dumps(d).encode()
+    ),
+    st.fixed_dictionaries({"code": _text, "text": _json_value, "severity": _text}).map(
+        lambda d: json.dumps(d).encode()
+    ),
+    # Lone surrogates as JSON escapes, which json.dumps of a Python str never writes.
+    st.sampled_from(
+        [b'{"readings": [{"k": "\\ud800", "v": 1, "u": "C"}]}', b'{"code": "\\udc00"}']
+    ),
+)
+_ids = st.from_regex(r"[A-Za-z0-9._:-]{1,64}", fullmatch=True)
+
+
+@st.composite
+def device_messages(draw: Any) -> device_message_pb2.DeviceMessage:
+    dm = device_message_pb2.DeviceMessage(
+        message_id=draw(_ids),
+        device_id=draw(_ids),
+        sequence=draw(st.integers(0, 2**64 - 1)),
+        content_type=draw(st.sampled_from([ACME, GLOBEX, INITECH, ALARM, "text/x-other"])),
+        payload=draw(_payloads),
+    )
+    dm.device_time.seconds = draw(st.integers(-(2**40), 2**40))
+    dm.device_time.nanos = draw(st.integers(-(2**31), 2**31 - 1))
+    return dm
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(device_messages(), st.sampled_from(["", "acme", "t/x"]))
+def test_any_message_ingest_accepts_goes_through_every_step(
+    dm: device_message_pb2.DeviceMessage, tenant: str
+) -> None:
+    if VALIDATOR.violations(dm):
+        return  # ingest refuses it: never written
+    headers = [
+        {"key": k, "value": v} for k, v in ingest_headers(Msg(dm.message_id, "d", ACME, b""))
+    ]
+    headers = [h if h["key"] != rh.TENANT else {**h, "value": tenant.encode()} for h in headers]
+    value = dm.SerializeToString()
+    row = decode_record(T.ingest[0], dm.device_id.encode(), value, headers, T.master)
+    assert not row["error_reason"], row  # ingest-valid envelopes always decode
+    row |= normalize_message(row["content_type"], row["payload"])
+    row |= {"src_topic": T.ingest[0], "src_partition": 0, "src_offset": 7}
+    row |= {"value": value, "headers": headers}
+    for k in ("alarm_code", "alarm_severity", "alarm_text", "measurements", "event_type"):
+        row.setdefault(k, None)
+    if row.get("error_reason"):
+        route.dead_letter(T, row, 1000)
+        return
+    evs = build_events(row, {"site": "s", "area_code": "a"})
+    records = [*route.events(T, row, evs), route.completion(T, row, 1, 1000)]
+    snap = _Snapshot(None, row["tenant"], row["device_key"])
+    snap.record(row)
+    records.append(route.device_state(T, snap.proto(1000)))
+    _Snapshot(snap.value(), row["tenant"], row["device_key"])  # the state value reads back
+    names = ["topic", "key", "value", "role", "label", "ref", "event_id"]
+    schema = pa.schema([(n, pa.binary() if n in ("key", "value") else pa.string()) for n in names])
+    pa.RecordBatch.from_pylist([{n: r[n] for n in names} for r in records], schema=schema)
