@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -220,3 +221,79 @@ def test_lag_reports_per_partition_and_the_max(kafka_bootstrap, topic_factory):
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert rows[0]["lag"] == 3
     assert rows[-1] == {"group": "g-lag", "max_offset_lag": 3}
+
+
+def _ingest_original(bootstrap: str, message_id: str, device: str, tenant: str) -> int:
+    """Write a device message's ingest record to partition 0; return its offset."""
+    offsets: list[int] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce(
+        "ingest.telemetry.v1",
+        b"original-device-message",
+        device.encode(),
+        0,
+        headers=[("message-id", message_id.encode()), ("tenant", tenant.encode())],
+        on_delivery=lambda err, msg: offsets.append(msg.offset()),
+    )
+    assert producer.flush(10) == 0
+    return offsets[0]
+
+
+def _letter(message_id: str, device: str, tenant: str, source_offset: int) -> bytes:
+    letter = dead_letter_pb2.DeadLetter.FromString(dead_letter(message_id, "UNKNOWN_FORMAT"))
+    letter.device_id = device
+    letter.source.offset = source_offset
+    letter.original_headers.append(dead_letter_pb2.Header(key="tenant", value=tenant.encode()))
+    return letter.SerializeToString()
+
+
+def test_dlq_redrive_skips_a_letter_redriven_already_unless_forced(kafka_bootstrap, topic_factory):
+    ensure_topics(kafka_bootstrap, [TopicSpec("ingest.telemetry.v1", 1, 1)])
+    dl_topic = topic_factory("dlq")
+    message_id, device = f"m-{uuid.uuid4().hex[:8]}", f"dev-{uuid.uuid4().hex[:8]}"
+    acme_at = _ingest_original(kafka_bootstrap, message_id, device, "acme")
+    globex_at = _ingest_original(kafka_bootstrap, message_id, device, "globex")
+    produce(kafka_bootstrap, dl_topic, [_letter(message_id, device, "acme", acme_at)])
+
+    def redrive(*extra: str) -> tuple[list[dict[str, object]], str]:
+        result = run(
+            *("dlq", "redrive", "--bootstrap-servers", kafka_bootstrap, "--topic", dl_topic),
+            *("--message-id", message_id, "--why", "fixed", "--by", "ops", "--json", *extra),
+        )
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines()], result.stderr
+
+    def redrives() -> list[tuple[bytes, int, bytes]]:
+        """The redriven records of this message: tenant, partition, count."""
+        return [
+            (h["tenant"], m.partition(), h["redrive-count"])
+            for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+            for h in [dict(m.headers() or [])]
+            if h.get("message-id") == message_id.encode() and "redrive-count" in h
+        ]
+
+    rows, _ = redrive()  # a dry run: nothing redriven yet
+    assert [(r["sent"], r["skipped_reason"]) for r in rows] == [(False, "")]
+    rows, _ = redrive("--execute")
+    assert [(r["sent"], r["skipped_reason"]) for r in rows] == [(True, "")]
+    assert redrives() == [(b"acme", 0, b"1")]  # on the original's partition
+
+    # The same message id of another tenant (same device id) was not redriven: it is sent.
+    produce(kafka_bootstrap, dl_topic, [_letter(message_id, device, "globex", globex_at)])
+    rows, err = redrive()
+    assert [(r["sent"], r["skipped_reason"]) for r in rows] == [
+        (False, dlq.ALREADY_REDRIVEN),
+        (False, ""),
+    ]
+    assert "would send 1 " in err and "1 skipped as redriven already" in err
+    rows, _ = redrive("--execute")
+    assert [r["sent"] for r in rows] == [False, True]
+    assert rows[0]["skipped_reason"] == dlq.ALREADY_REDRIVEN
+    assert redrives() == [(b"acme", 0, b"1"), (b"globex", 0, b"1")]
+
+    # Both are redriven now; --force sends them again.
+    rows, _ = redrive("--execute")
+    assert [r["skipped_reason"] for r in rows] == [dlq.ALREADY_REDRIVEN] * 2
+    rows, _ = redrive("--execute", "--force")
+    assert [(r["sent"], r["skipped_reason"]) for r in rows] == [(True, "")] * 2
+    assert sorted(redrives()) == [(b"acme", 0, b"1")] * 2 + [(b"globex", 0, b"1")] * 2

@@ -30,9 +30,11 @@ def completion(
     attempt: int = 1,
     outcome: completion_pb2.Outcome = completion_pb2.OUTCOME_ENRICHED,
     offset: int | None = None,
+    tenant: str = "acme",
 ) -> bytes:
     """Return a completion's bytes (its source offset defaults to a number from the id)."""
     return completion_pb2.Completion(
+        tenant=tenant,
         message_id=message_id,
         device_id=device,
         outcome=outcome,

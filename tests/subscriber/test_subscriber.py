@@ -107,6 +107,40 @@ async def test_duplicates_once_poison_parked_and_the_rest_handled(
     assert _sample(text, "headwater_subscriber_handler_duration_seconds_count", "") == 10
 
 
+async def test_a_message_is_recognised_by_tenant_device_and_id_not_by_source_offset(
+    kafka, kafka_bootstrap, topic_factory
+):
+    topic = topic_factory("completions")
+    produce(
+        kafka_bootstrap,
+        topic,
+        [
+            completion("m1", offset=10),
+            # A gateway resend enriched again after the enricher's dedup window: another
+            # ingest record (another source offset), the same message: handled once.
+            completion("m1", offset=99),
+            # The same message id from another device and from another tenant: two messages.
+            completion("m1", device="acme-2", offset=11),
+            completion("m1", tenant="globex", offset=12),
+        ],
+    )
+    seen: list[tuple[str, str, int]] = []
+
+    async def handler(d: Delivery[Completion]) -> None:
+        c = d.message
+        seen.append((c.tenant, c.device_id, c.source.offset))
+
+    group = new_group(kafka_bootstrap)
+    sub = Subscriber(
+        kafka, sub_settings(group, (topic,), start="earliest"), handler, decode_completion
+    )
+    await run_until(sub, lambda: sum(sub.counts.values()) == 4)
+
+    assert seen == [("acme", "acme-1", 10), ("acme", "acme-2", 11), ("globex", "acme-1", 12)]
+    assert sub.counts == {"handled": 3, "duplicate": 1, "parked": 0}
+    assert committed(kafka_bootstrap, group, topic) == [4]
+
+
 def _sample(text: str, name: str, label: str) -> float:
     (line,) = [ln for ln in text.splitlines() if ln.startswith(name + "{") and label in ln]
     return float(line.rsplit(" ", 1)[1])

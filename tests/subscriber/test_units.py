@@ -80,20 +80,27 @@ def test_sqlite_dedup_survives_reopening_and_forgets_the_oldest(tmp_path):
     assert rows <= 100 + 1000  # pruned every 1,000 inserts
 
 
-def test_completion_keys_are_stable_on_replay_and_differ_between_facts():
+def test_completion_keys_name_the_message_and_the_fact_not_the_record():
     c = completion_pb2.Completion.FromString(completion("m1", offset=5))
     assert completion_key(c) == completion_key(
         completion_pb2.Completion.FromString(c.SerializeToString())
     )
+    # A gateway resend enriched again is another ingest record: the same key.
+    resend = completion_pb2.Completion.FromString(completion("m1", offset=6))
+    assert completion_key(resend) == completion_key(c)
     retry = completion_pb2.OUTCOME_RETRY_SCHEDULED
     others = [
         completion("m2", offset=5),
-        completion("m1", offset=6),  # a gateway resend: another record, its own completion
         completion("m1", offset=5, attempt=2),
         completion("m1", offset=5, outcome=retry),
+        completion("m1", offset=5, device="acme-2"),  # message ids are per device
+        completion("m1", offset=5, tenant="globex"),  # and per tenant
+        # No choice of the parts collides with another's.
+        completion("m1", offset=5, tenant="acme", device='acme-1","m1'),
+        completion('acme-1","m1', offset=5, tenant="acme", device=""),
     ]
     keys = {completion_key(completion_pb2.Completion.FromString(v)) for v in others}
-    assert len(keys) == 4 and completion_key(c) not in keys
+    assert len(keys) == len(others) and completion_key(c) not in keys
 
 
 def test_decoders_return_the_generated_class_and_the_id():

@@ -61,6 +61,11 @@ def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
             cmd.add_argument(
                 "--execute", action="store_true", help="really send (default: dry run)"
             )
+            cmd.add_argument(
+                "--force",
+                action="store_true",
+                help="send letters that were redriven already too (default: skip them)",
+            )
 
 
 def _dlq(args: argparse.Namespace) -> int:
@@ -102,7 +107,12 @@ def _dlq(args: argparse.Namespace) -> int:
                 print("\n".join(f"{k:>16}: {v}" for k, v in row.items()), end="\n\n")
         return 0
     results = dlq.redrive(
-        args.bootstrap_servers, chosen, args.by, args.why, dry_run=not args.execute
+        args.bootstrap_servers,
+        chosen,
+        args.by,
+        args.why,
+        dry_run=not args.execute,
+        force=args.force,
     )
     emit(
         [r.__dict__ for r in results],
@@ -113,7 +123,10 @@ def _dlq(args: argparse.Namespace) -> int:
         done = f"sent {sum(r.sent for r in results)}"
     else:
         done = f"dry run, would send {sum(not r.skipped_reason for r in results)} (add --execute)"
-    print(f"{done} of {len(results)} selected", file=sys.stderr)
+    again = sum(r.skipped_reason == dlq.ALREADY_REDRIVEN for r in results)
+    if again:
+        done += f"; {again} skipped as redriven already (--force sends them again)"
+    print(f"{done}; {len(results)} selected", file=sys.stderr)
     return 0
 
 

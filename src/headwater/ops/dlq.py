@@ -6,16 +6,23 @@ far). The enricher deduplicates a redriven record by its message id and redrive 
 a redrive is processed once even though the message id was seen before. If it fails again
 it lands in the dead letters again, carrying the redrive history: a person redrives,
 never a loop.
+
+A redrive goes to the partition the original record was read from, so it is found again
+cheaply: a dead letter counts as redriven already when a record after its original in that
+partition carries its message id, tenant, device key and the redrive count this redrive
+would write (``redriven_already``; the same identity the enricher deduplicates redrives
+by). Such letters are skipped unless forced. The horizon is the ingest topic's retention.
 """
 
 from __future__ import annotations
 
 import string
+import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.devstack.readback import read_topic
@@ -108,7 +115,108 @@ class RedriveResult:
 
 
 class RedriveError(RuntimeError):
-    """A redrive could not be delivered; nothing after the failure was sent."""
+    """A redrive could not be delivered, or not checked; nothing after the failure was sent."""
+
+
+#: Why a letter is not sent again; ``--force`` sends it anyway.
+ALREADY_REDRIVEN = "already redriven (add --force to send it again)"
+
+#: (tenant, device key, message id, redrive count): a redrive as the enricher identifies it.
+_RedriveId = tuple[bytes, bytes, bytes, bytes]
+
+
+def _header(headers: Iterable[tuple[str, str | bytes | None]], name: str) -> bytes:
+    """Return the last value of header ``name``, or b""."""
+    values = [v.encode() if isinstance(v, str) else v or b"" for k, v in headers if k == name]
+    return values[-1] if values else b""
+
+
+def _redrive_id(letter: dead_letter_pb2.DeadLetter) -> _RedriveId:
+    """Return the identity the next redrive of ``letter`` would carry."""
+    headers = [(h.key, h.value) for h in letter.original_headers]
+    return (
+        _header(headers, rh.TENANT),
+        letter.device_id.encode(),
+        letter.message_id.encode(),
+        str(len(letter.redrives) + 1).encode(),
+    )
+
+
+def _redrives_after(
+    bootstrap_servers: str, topic: str, partition: int, start: int, timeout_s: float
+) -> dict[_RedriveId, int]:
+    """Return the redriven records of one partition from ``start`` to its current end.
+
+    Returns:
+        The identity of each record carrying ``redrive-count``, with its last offset.
+
+    Raises:
+        RedriveError: The end was not reached within ``timeout_s``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "headwater-dlq-redrive-check",
+            "enable.auto.commit": False,
+        }
+    )
+    found: dict[_RedriveId, int] = {}
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        offset = max(start, low)
+        if offset >= high:
+            return found
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout_s
+        while offset < high:
+            if time.monotonic() > deadline:
+                raise RedriveError(
+                    f"could not read {topic}/{partition} to {high} within {timeout_s:.0f}s "
+                    "to look for earlier redrives; run again, or add --force"
+                )
+            for msg in consumer.consume(500, 0.2):
+                if msg.error():
+                    continue
+                offset = (msg.offset() or 0) + 1
+                headers: list[tuple[str, bytes]] = msg.headers() or []  # type: ignore[assignment]
+                count = _header(headers, rh.REDRIVE_COUNT)
+                if count:
+                    tenant, message_id = (
+                        _header(headers, rh.TENANT),
+                        _header(headers, rh.MESSAGE_ID),
+                    )
+                    found[(tenant, msg.key() or b"", message_id, count)] = offset - 1
+    finally:
+        consumer.close()
+    return found
+
+
+def redriven_already(
+    bootstrap_servers: str, records: Iterable[DeadLetterRecord], timeout_s: float = 120.0
+) -> set[tuple[int, int]]:
+    """Return the dead letters (partition, offset) whose next redrive is in the log already.
+
+    Reads each source partition once, from the oldest selected original onwards: what was
+    ingested there since, which a redrive must be among (it is written to the original's
+    partition).
+
+    Raises:
+        RedriveError: A partition could not be read to its end in time.
+    """
+    by_partition: dict[tuple[str, int], list[DeadLetterRecord]] = {}
+    for record in records:
+        source = record.letter.source
+        by_partition.setdefault((source.topic, source.partition), []).append(record)
+    done: set[tuple[int, int]] = set()
+    for (topic, partition), letters in by_partition.items():
+        start = min(r.letter.source.offset for r in letters) + 1
+        found = _redrives_after(bootstrap_servers, topic, partition, start, timeout_s)
+        for r in letters:
+            at = found.get(_redrive_id(r.letter))
+            if at is not None and at > r.letter.source.offset:
+                done.add((r.partition, r.offset))
+    return done
 
 
 def redrive(
@@ -119,14 +227,23 @@ def redrive(
     dry_run: bool = True,
     now: datetime | None = None,
     ingest_topics: Collection[str] = tuple(INGEST_TOPICS.values()),
+    force: bool = False,
 ) -> list[RedriveResult]:
-    """Send each dead letter's original record back to its ingest topic.
+    """Send each dead letter's original record back to the partition it was read from.
 
     Only records read from one of ``ingest_topics`` are sent (the default names, unless
-    the deployment prefixes them); others are reported as skipped.
+    the deployment prefixes them); others are reported as skipped, and so are letters
+    redriven already (``redriven_already``) unless ``force``.
+
+    Raises:
+        RedriveError: The check for earlier redrives or the delivery failed.
     """
     now = now or datetime.now(UTC)
     results: list[RedriveResult] = []
+    eligible = [
+        r for r in records if r.letter.source.topic in ingest_topics and r.letter.original_value
+    ]
+    redriven = set() if force else redriven_already(bootstrap_servers, eligible)
     producer = (
         None if dry_run else Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
     )
@@ -157,6 +274,11 @@ def redrive(
                 )
             )
             continue
+        if (record.partition, record.offset) in redriven:
+            results.append(
+                RedriveResult(letter.message_id, letter.device_id, topic, False, ALREADY_REDRIVEN)
+            )
+            continue
         # Earlier audit headers stay (the history); the count is replaced.
         headers: list[tuple[str, str | bytes | None]] = [
             (h.key, h.value) for h in letter.original_headers if h.key != rh.REDRIVE_COUNT
@@ -172,6 +294,7 @@ def redrive(
                 topic,
                 letter.original_value,
                 letter.device_id.encode(),
+                letter.source.partition,  # the device's partition: its order, and findable
                 headers=headers,
                 on_delivery=delivered,
             )

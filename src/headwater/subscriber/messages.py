@@ -8,6 +8,7 @@ facts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -47,18 +48,25 @@ Handler = Callable[[Delivery[M]], Awaitable[None]]
 
 
 def completion_key(c: Completion) -> str:
-    """Return the stable id of a completion.
+    """Return the stable id of a completion: which message, and what happened to it.
 
-    A Completion has no id of its own; what identifies it is the device message
-    (``message_id``), the input record it is about (its ``source`` coordinate: a gateway
-    resend is another record and gets its own DUPLICATE completion), and the outcome and
-    attempt (a message can be RETRY_SCHEDULED at attempt 1 and ENRICHED at attempt 2).
-    A Spark replay repeats all of them, so a replayed completion has the same key.
+    A Completion has no id of its own. The message is ``(tenant, device_id, message_id)``
+    (message ids are unique per tenant and device only); the fact about it is the outcome
+    and the attempt (a message can be RETRY_SCHEDULED at attempt 1 and ENRICHED at
+    attempt 2). The source offset is left out on purpose: a gateway resend of the same
+    message is another ingest record, and once it is enriched again (after the enricher's
+    dedup window) its second ENRICHED completion is a repeat of the first, as is a Spark
+    replay. The key is JSON, so no choice of the parts can collide with another's.
+
+    Args:
+        c: The completion.
+
+    Returns:
+        The key the dedup store records, for example
+        ``["acme","pump-1","m-17","OUTCOME_ENRICHED",1]``.
     """
-    s = c.source
-    return (
-        f"{c.message_id}@{s.topic}/{s.partition}/{s.offset}:{Outcome.Name(c.outcome)}:{c.attempt}"
-    )
+    parts = [c.tenant, c.device_id, c.message_id, Outcome.Name(c.outcome), c.attempt]
+    return json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_completion(value: bytes) -> tuple[Completion, str]:
