@@ -5,6 +5,10 @@ whose common name is the gateway id, or both. The tokens file (mounted from a Ku
 Secret) stores only SHA-256 hashes of tokens and binds each gateway to a tenant and to
 the device ids it may speak for (shell-style patterns). The file is re-read when it
 changes (a Secret update swaps the file under the mount), checked at most once a second.
+A file that cannot be read, decoded or parsed is logged and ignored: the previous table
+stays in force. Each table installed bumps the store's ``generation``, so open streams
+re-resolve their gateway at their next frame (revocation and binding changes bite at
+once) and skip the work while nothing changed.
 
 Tokens file format (YAML)::
 
@@ -121,12 +125,18 @@ class TokenStore:
         self._by_hash: dict[str, Gateway] = {}
         self._stamp: tuple[int, int, int] | None = None
         self._next_check = 0.0
+        #: Bumped by every table installed; callers holding a Gateway compare it.
+        self.generation = 0
 
     def load(self) -> None:
         """Read the file now; raise if it is missing or malformed (used at start-up)."""
-        with open(self._path) as f:
-            text = f.read()
-        self._install(parse_tokens(text), self._file_stamp())
+        self._install(parse_tokens(self._read()), self._file_stamp())
+
+    def _read(self) -> str:
+        # UTF-8 whatever the locale: YAML files are UTF-8, and a byte that is not one
+        # raises UnicodeDecodeError here (a ValueError), never later in a call.
+        with open(self._path, encoding="utf-8") as f:
+            return f.read()
 
     def _file_stamp(self) -> tuple[int, int, int]:
         st = os.stat(self._path)
@@ -136,10 +146,15 @@ class TokenStore:
         self._by_id = gateways
         self._by_hash = {g.token_sha256: g for g in gateways.values() if g.token_sha256}
         self._stamp = stamp
+        self.generation += 1
         log.info("loaded gateway tokens", extra={"gateways": len(gateways), "path": self._path})
 
     def refresh(self) -> None:
-        """Re-read the file if it changed; keep the old table if the new one is bad."""
+        """Re-read the file if it changed; keep the old table if the new one is bad.
+
+        Bad means unreadable (OSError), not UTF-8 (UnicodeDecodeError) or malformed; the
+        reason is logged at every check until the file is fixed.
+        """
         now = time.monotonic()
         if now < self._next_check:
             return
@@ -148,13 +163,12 @@ class TokenStore:
             stamp = self._file_stamp()
             if stamp == self._stamp:
                 return
-            with open(self._path) as f:
-                self._install(parse_tokens(f.read()), stamp)
-        except (OSError, TokensFileError, yaml.YAMLError) as exc:
+            self._install(parse_tokens(self._read()), stamp)
+        except (OSError, UnicodeDecodeError, TokensFileError, yaml.YAMLError) as exc:
             log.error(
                 "cannot reload the gateway tokens file; keeping the previous one. Fix the "
                 "file (see docs/deploy.md, 'Gateways')",
-                extra={"path": self._path, "error": str(exc)},
+                extra={"path": self._path, "error": f"{type(exc).__name__}: {exc}"},
             )
 
     def by_token(self, token: str) -> Gateway | None:
@@ -182,6 +196,17 @@ class Authenticator:
         self._store = store
         self._allow_unauthenticated = allow_unauthenticated
         self._mtls = mtls
+
+    def generation(self) -> int:
+        """Return the tokens table's generation, re-reading the file if it changed.
+
+        Cheap (a clock check, a stat at most once a second): streams call it per frame
+        and authenticate again only when it moved.
+        """
+        if self._store is None:
+            return 0
+        self._store.refresh()
+        return self._store.generation
 
     def authenticate(
         self, metadata: Sequence[tuple[str, str | bytes]], auth_context: Mapping[str, list[bytes]]

@@ -8,6 +8,11 @@ are served by one poll thread and handed to the event loop in bulk (one
 ``call_soon_threadsafe`` per poll, not per record). Errors are translated to aiokafka's
 error classes so the servicer's one error mapping (``status.from_kafka_error``) applies
 to both writers unchanged.
+
+A fatal error (librdkafka's ``error_cb`` with ``KafkaError.fatal()``, e.g. the idempotent
+producer lost its sequence) leaves the producer unusable: every later produce fails. The
+writer then reports itself not connected at once and calls ``on_fatal`` on the event
+loop; the server turns health NOT_SERVING and replaces the producer (``server.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from aiokafka import errors as kafka_errors
@@ -40,7 +46,13 @@ def _exception(err: KafkaError) -> Exception:
         return kafka_errors.KafkaTimeoutError(err.str())
     if code == KafkaError.MSG_SIZE_TOO_LARGE:
         return kafka_errors.MessageSizeTooLargeError(err.str())
-    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._QUEUE_FULL):
+    # _FATAL: the producer is being replaced (a new instance); a resend will be written.
+    if code in (
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._QUEUE_FULL,
+        KafkaError._FATAL,
+    ):
         return kafka_errors.KafkaConnectionError(err.str())
     if code > 0:  # a broker error code: the Kafka protocol's numbering, as aiokafka's
         return kafka_errors.for_code(code)(err.str())
@@ -68,6 +80,8 @@ class ConfluentWriter:
         self._stopping = threading.Event()
         self._connected = False
         self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
+        #: Called on the event loop with the reason after a fatal producer error.
+        self.on_fatal: Callable[[str], None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -95,6 +109,8 @@ class ConfluentWriter:
             # librdkafka's own log lines (e.g. "broker down") go through Python logging as
             # JSON, served by the poll thread, instead of raw lines on stderr.
             "logger": log,
+            # Client errors (fatal ones included) come here, served by the poll thread.
+            "error_cb": self.error_callback,
         }
         # One producer across start attempts: a service started during an outage retries
         # start() and must not leave a librdkafka instance (and its threads) per attempt.
@@ -110,6 +126,30 @@ class ConfluentWriter:
         self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
         self._poller.start()
         self._connected = True
+
+    def error_callback(self, err: KafkaError) -> None:
+        """Handle an error librdkafka reports outside any one record (its ``error_cb``).
+
+        Called from the poll thread. Non-fatal errors (a broker down, a transport error)
+        are retried by librdkafka itself and only logged. A fatal one marks the writer
+        not connected (calls are refused UNAVAILABLE from now on) and hands the reason
+        to ``on_fatal`` on the event loop.
+
+        Args:
+            err: The error; ``err.fatal()`` (code ``_FATAL``) means the producer is dead.
+        """
+        if not (err.fatal() or err.code() == KafkaError._FATAL):
+            log.warning("Kafka client error", extra={"error": err.str(), "code": err.name()})
+            return
+        reason = f"{err.name()}: {err.str()}"
+        log.error(
+            "fatal Kafka producer error: this producer can write nothing more",
+            extra={"error": reason},
+        )
+        self._connected = False
+        loop, on_fatal = self._loop, self.on_fatal
+        if loop is not None and on_fatal is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(on_fatal, reason)
 
     def _poll(self) -> None:
         """Serve delivery reports; hand each poll's acks to the loop in one call."""
@@ -127,7 +167,7 @@ class ConfluentWriter:
         """Queue one record; the future resolves with its partition and offset."""
         producer = self._producer
         if producer is None or self._loop is None:
-            raise RuntimeError("writer not started")
+            raise kafka_errors.KafkaConnectionError("the producer is not started")
         future: asyncio.Future[Delivered] = self._loop.create_future()
 
         def delivered(err: Any, msg: Any) -> None:
@@ -139,6 +179,8 @@ class ConfluentWriter:
                 break
             except BufferError:  # librdkafka's queue is full: wait for acks to drain it
                 await asyncio.sleep(0.005)
+            except KafkaException as exc:  # e.g. _FATAL: mapped as delivery errors are
+                raise _exception(exc.args[0]) from exc
         return future
 
     async def stop(self, timeout_s: float) -> None:

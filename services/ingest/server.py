@@ -77,6 +77,8 @@ class IngestServer:
         self._health = health.aio.HealthServicer()
         self._servicer: IngestServicer | None = None
         self._connector: asyncio.Task[None] | None = None
+        if isinstance(self.writer, ConfluentWriter):
+            self.writer.on_fatal = self._writer_failed
 
     async def start(self) -> int:
         """Bind and start serving (NOT_SERVING until Kafka is reached); return the port."""
@@ -162,6 +164,27 @@ class IngestServer:
             "connected to Kafka; serving",
             extra={"bootstrap": self.settings.kafka.bootstrap_servers},
         )
+
+    def _writer_failed(self, reason: str) -> None:
+        """Replace a producer that reported a fatal error (called on the event loop).
+
+        Restart in-process rather than exit: the gRPC server, open streams and the
+        admission books stay; calls are refused UNAVAILABLE (retriable) for the moment
+        a new producer takes to connect. See docs/operations.md, "Fatal producer error".
+        """
+        if self._server is None or (self._connector is not None and not self._connector.done()):
+            return  # stopping, or already (re)connecting
+        self._connector = asyncio.create_task(self._restart_writer(reason))
+
+    async def _restart_writer(self, reason: str) -> None:
+        """NOT_SERVING, stop the dead producer, connect a new one, then SERVING."""
+        log.error(
+            "fatal Kafka producer error: NOT_SERVING while a new producer connects",
+            extra={"error": reason},
+        )
+        await self._set_health(_NOT_SERVING)
+        await self.writer.stop(timeout_s=1.0)
+        await self._connect_writer()
 
     async def ready(self, within_s: float) -> None:
         """Wait until the producer is connected (for tests and the dev stack)."""

@@ -32,6 +32,7 @@ from headwater.ingest.errors import (
     InvalidMessageError,
     OverloadedError,
     ShuttingDownError,
+    UnauthenticatedError,
 )
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import RecordWriter
@@ -183,6 +184,7 @@ class IngestServicer:
     ) -> AsyncIterator[object]:
         caller: Gateway | None = None
         try:
+            generation = self._auth.generation()
             caller = self._authenticate(context)
             self._admission.enter_stream()
         except IngestError as err:
@@ -199,26 +201,31 @@ class IngestServicer:
         window = asyncio.Semaphore(self._settings.stream_max_inflight_frames)
         answers: asyncio.Queue[object | None] = asyncio.Queue()
         reader = asyncio.create_task(
-            self._read_frames(ep, frames, gateway, answers, window, context)
+            self._read_frames(ep, frames, (gateway, generation), answers, window, context)
         )
         stop_reading = asyncio.create_task(self._draining.wait())
         stop_reading.add_done_callback(lambda _: reader.cancel())
+        code = "OK"
         try:
             while (answer := await answers.get()) is not None:
                 yield answer
                 window.release()
             await reader
+        except UnauthenticatedError as err:  # revoked or removed while the stream was open
+            code = err.code.name
+            self._log_call_error(ep, err)
+            await context.abort_with_status(rpc_status_of(err))
         finally:
             stop_reading.cancel()
             reader.cancel()
             self._admission.leave_stream()
-            self._metrics.requests.add(1, {"endpoint": ep.name, "method": "stream", "code": "OK"})
+            self._metrics.requests.add(1, {"endpoint": ep.name, "method": "stream", "code": code})
 
     async def _read_frames(
         self,
         ep: Endpoint,
         frames: AsyncIterator[bytes],
-        gateway: Gateway,
+        identity: tuple[Gateway, int],
         answers: asyncio.Queue[object | None],
         window: asyncio.Semaphore,
         context: grpc.aio.ServicerContext,
@@ -226,11 +233,14 @@ class IngestServicer:
         """Answer frames concurrently, reading a new one only while the window has room.
 
         Not reading is the flow control: HTTP/2 window updates stop, so a fast gateway
-        is slowed down instead of filling this process's memory.
+        is slowed down instead of filling this process's memory. ``identity`` is the
+        caller and the tokens-table generation it was resolved in; each frame re-checks
+        it (:meth:`_current_gateway`), so a revocation ends the stream with
+        UnauthenticatedError (raised from here) before the next frame is written.
         """
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(frame: bytes) -> None:
+        async def answer(frame: bytes, gateway: Gateway) -> None:
             try:
                 result = await self._stream_answer(ep, frame, gateway, context)
             except BaseException:
@@ -241,7 +251,8 @@ class IngestServicer:
         try:
             async for frame in frames:
                 await window.acquire()
-                task = asyncio.create_task(answer(frame))
+                identity = self._current_gateway(identity, context)
+                task = asyncio.create_task(answer(frame, identity[0]))
                 running.add(task)
                 task.add_done_callback(running.discard)
         except asyncio.CancelledError:
@@ -290,6 +301,20 @@ class IngestServicer:
         return self._auth.authenticate(
             context.invocation_metadata() or (), context.auth_context() or {}
         )
+
+    def _current_gateway(
+        self, identity: tuple[Gateway, int], context: grpc.aio.ServicerContext
+    ) -> tuple[Gateway, int]:
+        """Return the stream's caller as the tokens table now says, with its generation.
+
+        Only a new table (a reloaded file) costs an authentication; it raises
+        UnauthenticatedError when the credentials are now revoked or unknown, and a new
+        device binding applies to the frame's messages (PERMISSION_DENIED per message).
+        """
+        generation = self._auth.generation()
+        if generation == identity[1]:
+            return identity
+        return self._authenticate(context), generation
 
     def _check_frame(self, frame: wire.RawFrame) -> None:
         if frame.error:
