@@ -21,6 +21,7 @@ from headwater.enricher.schema import DECODED_FIELDS, field_names
 from headwater.enricher.schema import struct as _struct
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
+from headwater.topics import split_scoped_key
 
 _FIELDS = field_names(DECODED_FIELDS)
 
@@ -56,7 +57,7 @@ def decode_record(
         out["kind"] = "master"
         out["master_deleted"] = not value
         # The key names the scope: "<tenant>/<device_id>", or a legacy "<device_id>".
-        out["tenant"], _, out["device_key"] = out["device_key"].rpartition("/")
+        out["tenant"], out["device_key"] = split_scoped_key(out["device_key"])
         if value:
             try:
                 m = device_master_pb2.DeviceMaster.FromString(value)

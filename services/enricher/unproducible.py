@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from headwater import record_headers as rh
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+from headwater.topics import split_scoped_key
 
 STAGE = "produce"
 REASON = "PRODUCE_REFUSED"
@@ -43,7 +44,7 @@ def dead_letter(
     device = (key or b"").decode("utf-8", "replace")
     letter = dead_letter_pb2.DeadLetter(
         message_id=message_id,
-        device_id=device.rpartition("/")[2],  # state records are keyed "<tenant>/<device>"
+        device_id=split_scoped_key(device)[1],  # state records are keyed by scoped_key
         stage=STAGE,
         reason=REASON,
         error_class=type(exc).__name__,

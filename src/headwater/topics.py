@@ -35,6 +35,12 @@ def scoped_key(tenant: str, device_id: str) -> str:
     return f"{tenant}/{device_id}" if tenant else device_id
 
 
+def split_scoped_key(key: str) -> tuple[str, str]:
+    """Return ``(tenant, device_id)`` of a key made by :func:`scoped_key`."""
+    tenant, _, device_id = key.rpartition("/")
+    return tenant, device_id
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """The desired shape of one topic."""

@@ -13,6 +13,8 @@ import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from headwater.ingest.auth import hash_token
 from headwater.ingest.server import IngestServer
@@ -161,3 +163,22 @@ def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> obj
         if msg is not None and not msg.error():
             return msg
     raise AssertionError(f"no record at {topic}/{partition}@{offset}")
+
+
+def details_of(exc: grpc.aio.AioRpcError) -> dict[str, object]:
+    """Return the google.rpc details of a failed call by class name."""
+    st = rpc_status.from_call(exc)
+    assert st is not None, "status carries no google.rpc details"
+    found: dict[str, object] = {}
+    for any_detail in st.details:
+        for cls in (
+            error_details_pb2.ErrorInfo,
+            error_details_pb2.RetryInfo,
+            error_details_pb2.BadRequest,
+            error_details_pb2.QuotaFailure,
+        ):
+            if any_detail.Is(cls.DESCRIPTOR):
+                msg = cls()
+                any_detail.Unpack(msg)
+                found[cls.__name__] = msg
+    return found

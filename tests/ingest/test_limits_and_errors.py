@@ -8,7 +8,6 @@ import grpc
 import pytest
 from aiokafka import errors as kafka_errors
 from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from headwater.devstack.broker import free_port
 from headwater.ingest import status
@@ -17,27 +16,9 @@ from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.settings_env import SettingError
 
-from .conftest import bearer, device_message
+from .conftest import bearer, details_of, device_message
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-
-
-def details_of(exc: grpc.aio.AioRpcError) -> dict[str, object]:
-    st = rpc_status.from_call(exc)
-    assert st is not None, "status carries no google.rpc details"
-    found: dict[str, object] = {}
-    for any_detail in st.details:
-        for cls in (
-            error_details_pb2.ErrorInfo,
-            error_details_pb2.RetryInfo,
-            error_details_pb2.BadRequest,
-            error_details_pb2.QuotaFailure,
-        ):
-            if any_detail.Is(cls.DESCRIPTOR):
-                msg = cls()
-                any_detail.Unpack(msg)
-                found[cls.__name__] = msg
-    return found
 
 
 async def test_batch_over_the_limit_is_rejected_with_bad_request(ingest_settings, start_ingest):

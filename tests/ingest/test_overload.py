@@ -17,9 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from headwater import record_headers as rh
 from headwater.devstack.broker import EmbeddedBroker, free_port
@@ -31,7 +29,7 @@ from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 
 from ..faultproxy import FaultProxy
-from .conftest import RunningIngest, bearer, device_message
+from .conftest import RunningIngest, bearer, details_of, device_message
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 TOPIC = INGEST_TOPICS["telemetry"]
@@ -98,23 +96,6 @@ def on(broker: Broker, base: IngestSettings, **changes: object) -> IngestSetting
         kafka=dataclasses.replace(base.kafka, bootstrap_servers=broker.bootstrap),
         **changes,
     )
-
-
-def details_of(exc: grpc.aio.AioRpcError) -> dict[str, object]:
-    st = rpc_status.from_call(exc)
-    assert st is not None, "status carries no google.rpc details"
-    found: dict[str, object] = {}
-    for detail in st.details:
-        for cls in (
-            error_details_pb2.ErrorInfo,
-            error_details_pb2.RetryInfo,
-            error_details_pb2.QuotaFailure,
-        ):
-            if detail.Is(cls.DESCRIPTOR):
-                msg = cls()
-                detail.Unpack(msg)
-                found[cls.__name__] = msg
-    return found
 
 
 def assert_refused(exc: grpc.aio.AioRpcError, limit: str, subject: str, setting: str) -> None:
