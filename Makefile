@@ -10,12 +10,14 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test lint protos descriptors baseline bench clean
+.PHONY: install run test lint protos descriptors baseline bench constraints clean
 
-$(STAMP): pyproject.toml
+# '.[dev]' is everything (every part's extra) plus the test and lint tools; constraints.txt
+# pins the versions that were tested behind pyproject.toml's ranges.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 $(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml | $(STAMP)
@@ -54,6 +56,9 @@ baseline: $(STAMP) ## move the contract baseline to proto/ as it is now (on a re
 
 bench: $(STAMP) $(JVM_STAMP) ## the ingest benchmark (numbers go to docs/benchmarks.md)
 	$(BIN)/headwater bench ingest $(ARGS)
+
+constraints: | $(STAMP) ## rewrite constraints.txt from this venv's versions (after changing a range)
+	$(BIN)/python scripts/constraints.py
 
 clean:
 	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from headwater.enricher.cli import register
+from headwater.cli import main as headwater_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` as ``headwater enricher ...`` would and run the command."""
-    parser = argparse.ArgumentParser(prog="python -m headwater.enricher")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["enricher", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args) or 0)
+    """Run ``headwater enricher ...`` with ``argv`` (start-up failures in one line, exit 2)."""
+    return headwater_main(["enricher", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

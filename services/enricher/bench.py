@@ -11,8 +11,10 @@
 4. latency: records are offered at ``--rate`` msg/s for ``--seconds`` while the query runs;
    ingest received-at to completion visible, p50/p99.
 
-It prints one JSON line per fleet size and the ratio to the raw ceiling. Numbers, not
-assertions: this is not a test.
+It prints one JSON line per fleet size with the ratio to the raw ceiling and where a
+micro-batch's time goes (``profile``: Spark's own phases, the keyed state's phases from
+``profile.py``, state calls per device, the sink's produce and flush), then each target
+of issue 11 with met/missed. Numbers, not assertions: this is not a test.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
+from headwater.enricher import profile
 from headwater.enricher.metrics import percentile
 from headwater.enricher.settings import EnricherSettings, EnricherTopics
 from headwater.kafka_admin import ensure_topics
@@ -173,8 +177,11 @@ def bench_fleet(
     fill_backlog(bootstrap, topics.ingest[0], n, devices, run)
     ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
 
+    profile_dir = tempfile.mkdtemp(prefix="bench-profile-")
+    stats_path = os.path.join(profile_dir, "sink-stats.jsonl")
     settings = EnricherSettings(
         checkpoint_location=tempfile.mkdtemp(prefix="bench-cp-"),
+        profile_dir=profile_dir,
         starting_offsets="earliest",
         max_records_per_trigger=max(n // 4, 10000),
         trigger_interval_seconds=0.5,
@@ -183,10 +190,11 @@ def bench_fleet(
     )
     watch = CompletionWatch(bootstrap, topics.completions)
     watch.start()
-    query = job.start(spark, settings)
+    query = job.start(spark, settings, stats_path)
     deadline = time.monotonic() + 900
     while watch.count < n and time.monotonic() < deadline and query.isActive:
         time.sleep(0.2)
+    drain_end_ms = int(time.time() * 1000)
     first_batch = query.recentProgress[0].get("numInputRows", 0) if query.recentProgress else 0
     drained = watch.count
     window = max(watch.last_t - watch.first_t, 1e-6)
@@ -216,6 +224,8 @@ def bench_fleet(
     deadline = time.monotonic() + 120
     while watch.count < target and time.monotonic() < deadline:
         time.sleep(0.2)
+    time.sleep(2 * settings.trigger_interval_seconds + 1)  # the last batches report progress
+    progress = [p.json for p in query.recentProgress]
     query.stop()
     watch.stop_flag = True
     watch.join(10)
@@ -232,7 +242,91 @@ def bench_fleet(
         "completed_under_load": watch.count - n,
         "latency_ms_p50": round(percentile(lat, 0.5)),
         "latency_ms_p99": round(percentile(lat, 0.99)),
+        "profile_drain": batch_profile(progress, profile_dir, stats_path, 0, drain_end_ms),
+        "profile_offered": batch_profile(
+            progress, profile_dir, stats_path, watch.measure_after_ms, 2**62
+        ),
     }
+
+
+def batch_profile(
+    progress_json: list[str], profile_dir: str, stats_path: str, since_ms: int, until_ms: int
+) -> dict[str, Any]:
+    """Return the median micro-batch with data between two times: where its time went.
+
+    ``spark_*``: Spark's phases (``durationMs``: offsets, planning, write-ahead log, the
+    batch itself, commit). ``state_*``: the keyed state's Python time summed over its
+    tasks (decode with normalize, state calls, logic, output rows; ``pyspark_ms`` is the
+    rest of the tasks' wall time: rows over Arrow in and out). ``sink_*``: the sink's
+    own time producing, waiting for upstream rows (the keyed state runs in the same
+    tasks), flush (acks of events) and completions, summed over tasks.
+    """
+    batches = [json.loads(p) for p in progress_json]
+    batches = [
+        b
+        for b in batches
+        if b.get("numInputRows", 0) > 0 and since_ms <= _epoch_ms(b["timestamp"]) < until_ms
+    ]
+    batch_ids = {b["batchId"] for b in batches}
+    spark = {
+        f"spark_{k}_ms": percentile([b["durationMs"].get(k, 0) for b in batches], 0.5)
+        for k in ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+    }
+    spark["spark_triggerExecution_ms"] = percentile(
+        [b["durationMs"].get("triggerExecution", 0) for b in batches], 0.5
+    )
+    spark["rows_per_batch"] = percentile([b["numInputRows"] for b in batches], 0.5)
+    lines = [
+        v
+        for k, v in profile.per_batch(profile.read(profile_dir)).items()
+        if since_ms <= k < until_ms and v.get("rows_in", 0) > 0
+    ]
+    state: dict[str, float] = {}
+    for name in (*[f"{p}_ms" for p in profile.PHASES], "wall_ms"):
+        state[f"state_{name}"] = percentile([x.get(name, 0.0) for x in lines], 0.5)
+    busy = sum(state[f"state_{p}_ms"] for p in profile.PHASES)
+    state["state_pyspark_ms"] = max(state["state_wall_ms"] - busy, 0.0)
+    # +1: PySpark sets the grouping key with its own call before each device.
+    state["state_calls_per_device"] = percentile(
+        [(x.get("state_calls", 0) + x["keys"]) / x["keys"] for x in lines if x.get("keys")], 0.5
+    )
+    sink: dict[str, float] = {}
+    if os.path.exists(stats_path):
+        with open(stats_path, encoding="utf-8") as f:
+            stats = [json.loads(x) for x in f if x.strip()]
+        timings = [x.get("timing_ms", {}) for x in stats if x["batch_id"] in batch_ids]
+        for k in ("wait_upstream", "produce", "flush", "completions"):
+            sink[f"sink_{k}_ms"] = percentile([t.get(k, 0.0) for t in timings], 0.5)
+    return {k: round(v, 2) for k, v in {**spark, **state, **sink}.items()}
+
+
+def _epoch_ms(iso: str) -> int:
+    """Return a progress ``timestamp`` ("2026-11-23T11:57:13.975Z") in epoch ms."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+#: Issue 11's targets: (fleet size, figure, comparison, bound, label).
+TARGETS = (
+    (1000, "enricher_events_per_s", ">=", 15_000, "sustained events/s"),
+    (1000, "ratio_to_ceiling", ">=", 0.10, "share of the raw ceiling"),
+    (1000, "latency_ms_p99", "<=", 2000, "p99 ms at the offered rate"),
+    (1000, "latency_ms_p50", "<=", 1000, "p50 ms at the offered rate"),
+    (10000, "latency_ms_p99", "<=", 4000, "p99 ms at the offered rate"),
+)
+
+
+def check_targets(results: list[dict[str, Any]]) -> list[str]:
+    """Return one line per target whose fleet size was measured: met or missed."""
+    lines = []
+    for devices, name, op, bound, label in TARGETS:
+        for r in results:
+            if r["devices"] != devices:
+                continue
+            value = r[name]
+            ok = value >= bound if op == ">=" else value <= bound
+            verdict = "met" if ok else "MISSED"
+            lines.append(f"{devices} devices, {label}: {value} ({op} {bound}) {verdict}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from headwater.devstack.broker import EmbeddedBroker
     from headwater.enricher import job
+    from headwater.enricher.stderr_json import route_stderr_through_json
 
+    route_stderr_through_json()  # Spark's chatter off; results go to stdout
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     broker = None
     bootstrap = args.bootstrap_servers
@@ -266,9 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
+        results = []
         for devices in args.devices:
             result = bench_fleet(spark, bootstrap, devices, args.messages, args.rate, args.seconds)
+            results.append(result)
             print(json.dumps(result), flush=True)
+        for line in check_targets(results):
+            print("target:", line, flush=True)
     finally:
         spark.stop()
         if broker:

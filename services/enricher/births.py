@@ -150,6 +150,7 @@ class BirthCertificates:
         self._state = handle.getValueState("births", SCHEMA)
         self._defs: Definitions | None = None
         self._changed = False
+        self._calls = 0
 
     def apply(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Return ``msg`` with its readings resolved (see :func:`apply_to_row`)."""
@@ -157,12 +158,20 @@ class BirthCertificates:
             return msg
         if self._defs is None:
             kept = self._state.get()
+            self._calls += 1
             self._defs = Definitions.from_json(kept[0] if kept else None)
         self._changed = self._changed or bool(msg.get("definitions"))
         return apply_to_row(msg, self._defs)
 
-    def commit(self) -> None:
-        """Write the definitions back if a message changed them; forget the cached copy."""
+    def commit(self) -> int:
+        """Write the definitions back if a message changed them; forget the cached copy.
+
+        Returns:
+            The state calls made since the last commit (for the profile).
+        """
         if self._changed and self._defs is not None:
             self._state.update((self._defs.to_json(),))
+            self._calls += 1
+        calls, self._calls = self._calls, 0
         self._defs, self._changed = None, False
+        return calls

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 import time
 from typing import Any
 
@@ -31,6 +30,9 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``enricher`` command group."""
+    from headwater.enricher.settings import EnricherSettings
+    from headwater.startup import EnvHelpFormatter, env_help
+
     enricher = subparsers.add_parser(
         "enricher",
         help="the Spark enricher: ingest topics -> events, completions, state, dead letters",
@@ -41,10 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run the streaming query until stopped (SIGTERM/SIGINT) or --max-seconds",
         description=(
-            "Run the enricher. Settings come from HEADWATER_ENRICHER_* and HEADWATER_KAFKA_* "
-            "environment variables (docs/enricher.md); flags override them. On exit one JSON "
-            "summary line is printed to stdout."
+            "Run the enricher. Settings come from the environment variables below "
+            "(docs/enricher.md explains each); flags override them; the standard OTEL_* "
+            "variables configure telemetry. Needs Java 17 (JAVA_HOME or PATH). On exit one "
+            "JSON summary line is printed to stdout; exits 2 with one line on stderr when it "
+            "cannot start (a bad setting, no Java)."
         ),
+        epilog=env_help(EnricherSettings.from_env, extra={"HEADWATER_LOG_LEVEL": "INFO"}),
+        formatter_class=EnvHelpFormatter,
     )
     run.add_argument(
         "--bootstrap-servers", help="Kafka bootstrap servers (HEADWATER_KAFKA_BOOTSTRAP_SERVERS)"
@@ -78,15 +84,17 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str] | None = No
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.logs import configure_logging
-    from headwater.settings_env import SettingError
+    from headwater.startup import require_java
 
     configure_logging()
-    try:
-        settings = settings_from_args(args)
-    except SettingError as exc:
-        print(f"headwater enricher run: {exc}", file=sys.stderr)
-        return 2
+    # SettingError and StartupError end in one line on stderr (headwater.cli.main).
+    settings = settings_from_args(args)
+    # Spark starts its JVM deep inside pyspark, whose failure is a long traceback.
+    require_java("the enricher (Spark)")
     from headwater.enricher.runner import run_enricher
+    from headwater.enricher.stderr_json import route_stderr_through_json
+
+    route_stderr_through_json()  # Spark's JVM and workers share our stderr: JSON only
 
     stop = {"requested": False}
 

@@ -1,29 +1,28 @@
 """Decode step: Kafka records -> device-message envelopes (or master records), errors as values.
 
-A record that cannot be decoded never raises: it gets ``error_*`` columns and is routed
-to the dead-letter topic, because a raise inside the query would crash-loop on replay.
+Runs inside the keyed state (``state.py``) on rows whose key the JVM computed
+(:func:`key_columns`). A record that cannot be decoded never raises: it gets ``error_*``
+fields and is routed to the dead-letter topic, because a raise inside the query would
+crash-loop on replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
 from headwater import record_headers as rh
-from headwater.enricher.arrowsafe import record_batch
-from headwater.enricher.schema import DECODED_FIELDS, field_names
-from headwater.enricher.schema import struct as _struct
+from headwater.enricher.arrowsafe import sanitize
+from headwater.enricher.normalize import normalize_message
+from headwater.enricher.schema import DECODED_FIELDS, NORMALIZED_FIELDS, field_names
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import split_scoped_key
 
 _FIELDS = field_names(DECODED_FIELDS)
+NORMALIZED_COLUMNS = field_names(NORMALIZED_FIELDS)
 
 
 def header_map(headers: list[Any] | None) -> dict[str, bytes]:
@@ -35,6 +34,14 @@ def header_map(headers: list[Any] | None) -> dict[str, bytes]:
     return out
 
 
+def headers_of(msg: dict[str, Any]) -> dict[str, bytes]:
+    """Return a message's headers as a map, built once per message (several steps ask)."""
+    found = msg.get("header_map")
+    if found is None:
+        found = msg["header_map"] = header_map(msg["headers"])
+    return found
+
+
 def _text(value: bytes | None) -> str:
     return value.decode("utf-8", "replace") if value else ""
 
@@ -42,7 +49,8 @@ def _text(value: bytes | None) -> str:
 def _error(out: dict[str, Any], stage: str, reason: str, exc: BaseException | str) -> None:
     out["error_stage"], out["error_reason"] = stage, reason
     if isinstance(exc, BaseException):
-        out["error_class"], out["error_message"] = type(exc).__name__, str(exc)[:1000]
+        # Sanitized: an exception may quote input text that is not valid UTF-8.
+        out["error_class"], out["error_message"] = type(exc).__name__, sanitize(str(exc)[:1000])
     else:
         out["error_class"], out["error_message"] = "ValidationError", exc
 
@@ -67,7 +75,7 @@ def decode_record(
                 _error(out, "decode", "MASTER_UNDECODABLE", exc)
         return out
     out["kind"] = "ingest"
-    hdr = header_map(headers)
+    hdr = out["header_map"] = header_map(headers)
     out["tenant"] = _text(hdr.get(rh.TENANT))
     out["gateway_id"] = _text(hdr.get(rh.GATEWAY_ID))
     out["endpoint"] = _text(hdr.get(rh.ENDPOINT))
@@ -118,39 +126,67 @@ def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
     return ""
 
 
-def decode(df: DataFrame, master_topic: str) -> DataFrame:
-    """Add the decoded envelope columns to raw Kafka rows; keep coordinates and bytes.
+def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
+    """Return raw Kafka rows with the keyed state's key, computed in the JVM.
 
-    Args:
-        df: rows with the columns of Spark's Kafka source.
-        master_topic: the master-data topic; its records decode as ``DeviceMaster``.
+    The key is ``(tenant, device_key)``: for ingest records the ``headwater-tenant`` header
+    and the record key (ingest keys every record by its device id), for master records the
+    two parts of ``"<tenant>/<device_id>"`` (as :func:`headwater.topics.split_scoped_key`).
+    Computing it here, not in a Python step, lets records reach the keyed state with one
+    Python hop (decode and normalize run inside it, see ``state.py``): each hop is an Arrow
+    round trip of every row (docs/enricher.md, "where a batch's time goes").
+    Bytes that are not UTF-8 become U+FFFD, as Python's ``decode("utf-8", "replace")``.
 
     Returns:
-        ``SOURCE_FIELDS`` + ``DECODED_FIELDS`` columns.
+        ``tenant``, ``device_key`` and ``SOURCE_FIELDS``.
     """
-    src = df.select(
-        F.col("topic").alias("src_topic"),
-        F.col("partition").alias("src_partition"),
-        F.col("offset").alias("src_offset"),
-        "value",
-        "headers",
-        "key",
+    key = F.expr("make_valid_utf8(coalesce(cast(key as string), ''))")
+    device = F.substring_index(key, "/", -1)
+    master_tenant = F.when(
+        F.instr(key, "/") > 0, F.expr("substring(k, 1, length(k) - length(d) - 1)")
+    ).otherwise(F.lit(""))
+    last_tenant = f"try_element_at(filter(headers, h -> h.key = '{rh.TENANT}'), -1).value"
+    tenant_header = F.expr(f"make_valid_utf8(coalesce(cast({last_tenant} as string), ''))")
+    is_master = F.col("topic") == F.lit(master_topic)
+    return (
+        raw.withColumn("k", key)
+        .withColumn("d", device)
+        .select(
+            F.when(is_master, master_tenant).otherwise(tenant_header).alias("tenant"),
+            F.when(is_master, F.col("d")).otherwise(F.col("k")).alias("device_key"),
+            F.col("topic").alias("src_topic"),
+            F.col("partition").alias("src_partition"),
+            F.col("offset").alias("src_offset"),
+            "value",
+            "headers",
+        )
     )
-    out_schema = StructType(src.schema.fields[:5] + _struct(DECODED_FIELDS).fields)
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # mapInArrow, not a row UDF: measured ~10x less overhead per row, and the
-        # pass-through columns (bytes, headers) never become Python objects.
-        arrow = to_arrow_schema(out_schema)
-        for b in batches:
-            cols = b.select(["src_topic", "key", "value", "headers"]).to_pydict()
-            rows = [
-                decode_record(t, k, v, h, master_topic)
-                for t, k, v, h in zip(
-                    cols["src_topic"], cols["key"], cols["value"], cols["headers"], strict=True
-                )
-            ]
-            new = record_batch(rows, pa.schema(list(arrow)[5:]))  # bad rows -> errors
-            yield pa.RecordBatch.from_arrays(b.columns[:5] + new.columns, schema=arrow)
 
-    return src.mapInArrow(run, out_schema)
+def decode_row(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
+    """Decode and normalize one keyed row (``key_columns``) into a message dict; never raises.
+
+    The key the row was grouped by wins over what the record says: an ingest envelope
+    whose ``device_id`` is not its record key is refused (``ENVELOPE_INVALID``), because its
+    order and state follow the key.
+    """
+    # Unpacked by position: a Row's lookup by name costs a search of its fields each time.
+    tenant, device_key, topic, partition, offset, value, headers = row
+    msg = decode_record(topic, None, value, headers, master_topic)
+    msg["tenant"], msg["device_key"] = tenant, device_key
+    msg |= {"src_topic": topic, "src_partition": partition, "src_offset": offset}
+    msg |= {"value": value, "headers": headers}
+    if msg["kind"] == "ingest" and not msg["error_reason"]:
+        if msg["device_id"] != device_key:
+            _error(
+                msg,
+                "decode",
+                "ENVELOPE_INVALID",
+                f"record key {device_key!r} is not the envelope's device_id "
+                f"{msg['device_id']!r} (ingest topics are keyed by device id)",
+            )
+        else:
+            msg |= normalize_message(msg["content_type"], msg["payload"])
+    for k in NORMALIZED_COLUMNS:
+        msg.setdefault(k, None)
+    return msg

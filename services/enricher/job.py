@@ -1,8 +1,8 @@
 """The enricher's streaming job: the only module with ``readStream`` and ``writeStream``.
 
-raw Kafka rows -> decode -> normalize -> keyed device state (dedupe, enrich, park,
-snapshot) -> Kafka records, written by the "headwater-kafka" sink (events first, then
-completions carrying the events' coordinates).
+raw Kafka rows -> key (tenant, device; in the JVM) -> keyed device state (decode, normalize,
+dedupe, enrich, park, snapshot; one Python hop) -> Kafka records, written by the
+"headwater-kafka" sink (events first, then completions carrying the events' coordinates).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from headwater import jvm
-from headwater.enricher.decode import decode
+from headwater.enricher.decode import key_columns
 from headwater.enricher.errors import StartingOffsetsRequiredError
 from headwater.enricher.kafka_sink import KafkaSinkDataSource
-from headwater.enricher.normalize import normalize
 from headwater.enricher.settings import EnricherSettings
 from headwater.enricher.state import Policy, process_devices
 
@@ -66,12 +65,12 @@ def register_sources(spark: SparkSession) -> None:
 
 
 def kafka_options(settings: EnricherSettings) -> dict[str, str]:
-    """Return the ``kafka.*`` client options shared by the source and the sink."""
-    conf = settings.kafka.confluent_config() | {
-        "enable.idempotence": True,
-        "linger.ms": settings.kafka.linger_ms,
-        "compression.type": settings.kafka.compression_type,
-    }
+    """Return the sink's ``kafka.*`` options: the shared keyed-record producer configuration.
+
+    ``KafkaSettings.producer_config``: security, client.id, acks=all, idempotence and the one
+    partitioner, so an event lands on its device's partition as ingest's records do.
+    """
+    conf = settings.kafka.producer_config("headwater-enricher-sink")
     return {
         f"kafka.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()
     }
@@ -122,7 +121,9 @@ def kafka_stream(
     has this source's offsets) and ``maxOffsetsPerTrigger``.
     """
     options = {"subscribe": ",".join(topics), **extra}
-    options |= {f"kafka.{k}": v for k, v in settings.kafka.java_config().items()}
+    # Java client properties (JAAS, PEM trust and key stores, client.id) from the one module.
+    java = settings.kafka.java_config("headwater-enricher-source")
+    options |= {f"kafka.{k}": v for k, v in java.items()}
     # A gap in the log (retention, a recreated topic) stops the query; a person decides.
     options |= {"includeHeaders": "true", "failOnDataLoss": "true"}
     # A task's fetch at the end of its range otherwise waits the broker's default 500 ms
@@ -141,8 +142,10 @@ def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
         backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
         dedup_window_ms=int(settings.dedup_window_seconds * 1000),
         max_latest_values=settings.max_latest_values,
+        dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
+        profile_dir=settings.profile_dir,
     )
-    return process_devices(normalize(decode(raw, settings.topics.master)), policy)
+    return process_devices(key_columns(raw, settings.topics.master), policy)
 
 
 def start(

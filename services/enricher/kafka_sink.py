@@ -59,6 +59,8 @@ class SinkReport(WriterCommitMessage):
 
     counts: Counter[str] = field(default_factory=Counter)
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: Where the task's time went: producing records, waiting for acks (the benchmark).
+    timing_ms: dict[str, float] = field(default_factory=dict)
 
     def sample(self, name: str, value_ms: float) -> None:
         """Keep one latency sample (the first MAX_SAMPLES per name)."""
@@ -154,7 +156,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         completions: list[dict[str, Any]] = []
         failed: dict[str, Exception] = {}  # ref -> why a record of that message was refused
         index = 0
+        started = time.perf_counter()
+        in_sink = 0.0  # time spent here, not waiting for the keyed state upstream
         for batch in iterator:
+            t0 = time.perf_counter()
             cols = batch.to_pydict()
             n = batch.num_rows
             roles = cols.get("role") or ["record"] * n
@@ -192,7 +197,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     continue
                 report.counts[BYTES] += len(value or b"") + len(key or b"")
                 index += 1
+            in_sink += time.perf_counter() - t0
+        produced = time.perf_counter()
         _flush(producer, d, timeout_s)
+        flushed = time.perf_counter()
+        report.timing_ms["produce"] = in_sink * 1000
+        report.timing_ms["wait_upstream"] = (produced - started - in_sink) * 1000
+        report.timing_ms["flush"] = (flushed - produced) * 1000
         if completions:
             batch_ms = completions[0].get("batch_ms") or 0
             acked_ms = time.time() * 1000
@@ -230,6 +241,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     report.sample("read_to_ack", acked_ms - batch_ms)
                     report.sample("ingest_to_ack", acked_ms - c["received_ms"])
             _flush(producer, d, timeout_s)
+            report.timing_ms["completions"] = (time.perf_counter() - flushed) * 1000
         return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -238,14 +250,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if not path:
             return
         counts: Counter[str] = Counter()
+        timing: dict[str, float] = {}
         hist: dict[str, list[float]] = {}
         for m in messages:
             if isinstance(m, SinkReport):
                 counts.update(m.counts)
+                for name, ms in m.timing_ms.items():
+                    timing[name] = timing.get(name, 0.0) + ms
                 for name, samples in m.latency_ms.items():
                     hist.setdefault(name, []).extend(samples)
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"batch_id": batchId, "counts": counts, "latency_ms": hist}))
+            line = {"batch_id": batchId, "counts": counts, "latency_ms": hist, "timing_ms": timing}
+            out.write(json.dumps(line))
             out.write("\n")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -1,8 +1,17 @@
 """Metrics of the enricher: a StreamingQueryListener exporting with OpenTelemetry.
 
-Spark's progress gives rates, batch duration and offsets (lag); the sink appends what it
-wrote per batch (counts by role and reason, latency samples) to a stats file that this
-listener reads, because the sink's commit runs in a different Python process on the driver.
+Spark's progress gives rows read, batch duration and offsets (lag); the sink appends what
+it wrote per batch (counts by role and reason, bytes, latency samples) to a stats file that
+this listener reads, because the sink's commit runs in a different Python process on the
+driver.
+
+Counters and histograms only (and the lag, a gauge of records waiting): rates and
+quantiles are computed by PromQL or by ``headwater lag`` from two scrapes, never
+precomputed here. Prometheus names: headwater_enricher_input_records_total,
+headwater_enricher_batch_duration_seconds, headwater_enricher_records_written_total,
+headwater_enricher_output_bytes_total, headwater_enricher_dead_letters_total,
+headwater_enricher_retries_total, headwater_enricher_consumer_lag_records and
+headwater_enricher_{producer_to_consumer,consumer_to_processing,end_to_end}_duration_seconds.
 """
 
 from __future__ import annotations
@@ -63,20 +72,34 @@ class EnricherListener(StreamingQueryListener):
         self.input_rows = 0
         self.counts: Counter[str] = Counter()
         self.samples: dict[str, list[float]] = {}
-        self._rates = {"input": 0.0, "processed": 0.0}
         self._lag: dict[str, int] = {}
         m = "headwater.enricher."
-        self._input = meter.create_counter(m + "input.records", description="records read")
+        self._input = meter.create_counter(
+            m + "input.records", unit="{record}", description="records read"
+        )
         self._duration = meter.create_histogram(
-            m + "batch.duration", unit="s", explicit_bucket_boundaries_advisory=SECONDS_BUCKETS
+            m + "batch.duration",
+            unit="s",
+            description="micro-batch duration",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
         self._written = meter.create_counter(
-            m + "records.written", description="records acknowledged by the broker, by role"
+            m + "records.written",
+            unit="{record}",
+            description="records acknowledged by the broker, by role",
         )
-        self._dead = meter.create_counter(m + "dead_letters", description="by reason")
-        self._retries = meter.create_counter(m + "retries", description="by reason")
-        # Histograms over every sample, and gauges with the last batch's p99 (the single
-        # values `headwater lag` reads: headwater_enricher_*_latency_seconds).
+        self._output = meter.create_counter(
+            m + "output",
+            unit="By",
+            description="key and value bytes acknowledged by the broker",
+        )
+        self._dead = meter.create_counter(
+            m + "dead_letters", unit="{record}", description="dead letters by reason"
+        )
+        self._retries = meter.create_counter(
+            m + "retries", unit="{record}", description="parked retries by reason"
+        )
+        # Histograms over every sample: quantiles are PromQL's histogram_quantile().
         self._latency = {
             name: meter.create_histogram(
                 f"{m}{name}.duration",
@@ -86,33 +109,12 @@ class EnricherListener(StreamingQueryListener):
             )
             for name, desc in _LATENCIES.items()
         }
-        self._p99_s: dict[str, float] = dict.fromkeys(_LATENCIES, 0.0)
-        self._bytes_per_s = 0.0
-        for name, desc in _LATENCIES.items():
-            meter.create_observable_gauge(
-                f"{m}{name}.latency",
-                [self._observe_p99(name)],
-                "s",
-                f"p99 of the last batch: {desc}",
-            )
-        meter.create_observable_gauge(m + "input.rate", [self._observe("input")], "1/s")
-        meter.create_observable_gauge(m + "processing.rate", [self._observe("processed")], "1/s")
-        meter.create_observable_gauge(m + "consumer.lag", [self._observe_lag], "records")
         meter.create_observable_gauge(
-            m + "output.bytes_per_second", [lambda _o: [Observation(self._bytes_per_s)]]
+            m + "consumer.lag",
+            [self._observe_lag],
+            "records",
+            "records not yet read per topic (the source's latest offsets minus its position)",
         )
-
-    def _observe_p99(self, name: str) -> Any:
-        def cb(_options: CallbackOptions) -> list[Observation]:
-            return [Observation(self._p99_s[name])]
-
-        return cb
-
-    def _observe(self, which: str) -> Any:
-        def cb(_options: CallbackOptions) -> list[Observation]:
-            return [Observation(self._rates[which])]
-
-        return cb
 
     def _observe_lag(self, _options: CallbackOptions) -> list[Observation]:
         return [Observation(v, {"topic": t}) for t, v in self._lag.items()]
@@ -129,17 +131,12 @@ class EnricherListener(StreamingQueryListener):
         self.batches += 1
         self.input_rows += p.numInputRows
         self._input.add(p.numInputRows)
-        self._rates = {
-            "input": p.inputRowsPerSecond or 0.0,
-            "processed": p.processedRowsPerSecond or 0.0,
-        }
         self._duration.record((p.batchDuration or 0) / 1000.0)
         lag: dict[str, int] = {}
         for s in p.sources:
             lag |= lag_by_topic({"endOffset": s.endOffset, "latestOffset": s.latestOffset})
         self._lag = lag
-        written = self.read_stats()
-        self._bytes_per_s = written / max((p.batchDuration or 0) / 1000.0, 0.001)
+        self.read_stats()
 
     def onQueryTerminated(self, event: Any) -> None:
         """Pick up the last batch's stats."""
@@ -162,6 +159,7 @@ class EnricherListener(StreamingQueryListener):
             for key, n in entry["counts"].items():
                 if key == BYTES:
                     written += n
+                    self._output.add(n)
                     continue
                 self.counts[key] += n
                 role, _, label = key.partition(":")
@@ -177,7 +175,6 @@ class EnricherListener(StreamingQueryListener):
                 self.samples.setdefault(sample, []).extend(values)
                 for v in values:
                     self._latency[name].record(max(0.0, v / 1000.0))
-                self._p99_s[name] = max(0.0, percentile(values, 0.99) / 1000.0)
         return written
 
     def summary(self) -> dict[str, Any]:

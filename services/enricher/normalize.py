@@ -10,25 +10,21 @@ values finite, times in range. An unknown format or a bad payload is a poison pi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
 from headwater.enricher import media_type
 from headwater.enricher.arrowsafe import REASON as ENCODE_REASON
 from headwater.enricher.arrowsafe import STAGE as ENCODE_STAGE
-from headwater.enricher.arrowsafe import encodable, record_batch
+from headwater.enricher.arrowsafe import encodable, sanitize
 from headwater.enricher.formats import REGISTRY, Normalized, NormalizeError, register
 from headwater.enricher.formats.base import check_time, check_value
 from headwater.enricher.formats.registry import lookup
-from headwater.enricher.schema import NORMALIZED_FIELDS, field_names
-from headwater.enricher.schema import struct as _struct
 
-__all__ = ["REGISTRY", "NormalizeError", "Normalized", "normalize", "normalize_message", "register"]
+__all__ = ["REGISTRY", "NormalizeError", "Normalized", "normalize_message", "register"]
+
+
+#: The package of the built-in normalizers (formats/): their strings are checked cheaply.
+_BUILT_IN = "headwater.enricher.formats."
 
 
 def normalize_message(content_type: str | None, payload: bytes | None) -> dict[str, Any]:
@@ -46,9 +42,12 @@ def normalize_message(content_type: str | None, payload: bytes | None) -> dict[s
         return _err(exc.reason, type(exc).__name__, str(exc))
     except Exception as exc:  # a normalizer bug must not crash-loop the query on replay
         return _err("NORMALIZER_FAILED", type(exc).__name__, str(exc))
-    if not encodable(out):
+    built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
+    if (b"\\u" in (payload or b"") or not built_in) and not encodable(out):
         # A JSON escape such as "\ud800" parses to a string no encoder accepts (Arrow,
-        # protobuf, Kafka): a dead letter now, not an exception in a later step.
+        # protobuf, Kafka): a dead letter now, not an exception in a later step. Built-in
+        # normalizers can only produce one from such an escape, so only payloads that have
+        # one (or another package's normalizer) pay for the check.
         return {
             "error_stage": ENCODE_STAGE,
             "error_reason": ENCODE_REASON,
@@ -104,39 +103,6 @@ def _err(reason: str, cls: str, message: str) -> dict[str, Any]:
         "error_stage": "normalize",
         "error_reason": reason,
         "error_class": cls,
-        "error_message": message[:1000],
+        # Sanitized: a parser's message may quote payload text that is not valid UTF-8.
+        "error_message": sanitize(message[:1000]),
     }
-
-
-_ERRORS = ("error_stage", "error_reason", "error_class", "error_message")
-
-
-def normalize(df: DataFrame) -> DataFrame:
-    """Add the common-format columns to decoded ingest rows (``NORMALIZED_FIELDS``).
-
-    Rows that already failed (``error_reason`` set) or are master records pass through
-    unchanged; a normalize failure fills the ``error_*`` columns with stage "normalize".
-    """
-    keep = [f for f in df.schema.fields if f.name not in _ERRORS]
-    added = _struct(NORMALIZED_FIELDS).fields
-    errors = [df.schema[name] for name in _ERRORS]
-    out_schema = StructType(keep + added + errors)
-    names = field_names(NORMALIZED_FIELDS)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # mapInArrow: only the columns normalization needs become Python objects.
-        arrow = to_arrow_schema(out_schema)
-        tail = pa.schema(list(arrow)[len(keep) :])
-        for b in batches:
-            cols = b.select(["kind", "content_type", "payload", *_ERRORS]).to_pydict()
-            rows = []
-            for i, kind in enumerate(cols["kind"]):
-                row = dict.fromkeys(names) | {e: cols[e][i] for e in _ERRORS}
-                if kind == "ingest" and not cols["error_reason"][i]:
-                    row |= normalize_message(cols["content_type"][i], cols["payload"][i])
-                rows.append(row)
-            new = record_batch(rows, tail)  # a bad row becomes an error, not a failed task
-            kept = [b.column(f.name) for f in keep]
-            yield pa.RecordBatch.from_arrays(kept + new.columns, schema=arrow)
-
-    return df.mapInArrow(run, out_schema)

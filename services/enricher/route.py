@@ -6,13 +6,13 @@ Every function returns rows of the ``OUTPUT`` layout. Times come from the micro-
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from headwater import record_headers as rh
-from headwater.enricher.decode import header_map
+from headwater.enricher.decode import headers_of
 from headwater.enricher.settings import EnricherTopics
 from headwater.proto.events.v1 import (
     completion_pb2,
@@ -34,9 +34,9 @@ def _ts(ms: int) -> Timestamp:
     return ts
 
 
-def passthrough(headers: Any) -> list[Row]:
-    """Return the headers to copy from the ingest record onto derived records."""
-    h = header_map(headers)
+def passthrough(msg: dict[str, Any]) -> list[Row]:
+    """Return the headers to copy from a message's ingest record onto derived records."""
+    h = headers_of(msg)
     return [{"key": k, "value": h[k]} for k in PASSTHROUGH if k in h]
 
 
@@ -55,21 +55,21 @@ def _row(topic: str, key: str, value: bytes, headers: list[Row], role: str, **kw
     }
 
 
-def source_of(msg: Mapping[str, Any]) -> completion_pb2.SourceRecord:
+def source_of(msg: dict[str, Any]) -> completion_pb2.SourceRecord:
     """Return the Kafka coordinate a message was read from."""
     return completion_pb2.SourceRecord(
         topic=msg["src_topic"], partition=msg["src_partition"], offset=msg["src_offset"]
     )
 
 
-def ref_of(msg: Mapping[str, Any]) -> str:
+def ref_of(msg: dict[str, Any]) -> str:
     """Return the id that ties a message's events to its completion within one task."""
     return f"{msg['src_topic']}/{msg['src_partition']}/{msg['src_offset']}"
 
 
 def completion(
     topics: EnricherTopics,
-    msg: Mapping[str, Any],
+    msg: dict[str, Any],
     outcome: completion_pb2.Outcome,
     batch_ms: int,
     attempt: int = 1,
@@ -90,7 +90,7 @@ def completion(
         topics.completions,
         msg["device_key"] or "",
         c.SerializeToString(),
-        passthrough(msg["headers"]),
+        passthrough(msg),
         "completion",
         label=completion_pb2.Outcome.Name(outcome).removeprefix("OUTCOME_"),
         ref=ref_of(msg),
@@ -100,10 +100,10 @@ def completion(
 
 
 def events(
-    topics: EnricherTopics, msg: Mapping[str, Any], evs: Iterable[event_pb2.Event]
+    topics: EnricherTopics, msg: dict[str, Any], evs: Iterable[event_pb2.Event]
 ) -> list[Row]:
     """Return the event records of ``msg``, each on the topic of its event type."""
-    hdrs = passthrough(msg["headers"])
+    hdrs = passthrough(msg)
     return [
         _row(
             topics.event_topic(e.event_type),
@@ -145,7 +145,7 @@ def redrive_history(headers: Any) -> list[dead_letter_pb2.Redrive]:
 
 def dead_letter(
     topics: EnricherTopics,
-    msg: Mapping[str, Any],
+    msg: dict[str, Any],
     batch_ms: int,
     attempts: int = 1,
     stage: str | None = None,
@@ -173,14 +173,14 @@ def dead_letter(
         topics.deadletter,
         msg["device_key"] or "",
         d.SerializeToString(),
-        passthrough(msg["headers"]),
+        passthrough(msg),
         "deadletter",
         label=reason,
     )
 
 
 def parked(
-    topics: EnricherTopics, msg: Mapping[str, Any], attempt: int, not_before_ms: int, reason: str
+    topics: EnricherTopics, msg: dict[str, Any], attempt: int, not_before_ms: int, reason: str
 ) -> tuple[Row, bytes]:
     """Return the retry-topic record of a parked message and its bytes (kept in state)."""
     p = parked_message_pb2.ParkedMessage(
@@ -198,7 +198,7 @@ def parked(
         topics.retry,
         msg["device_key"] or "",
         value,
-        passthrough(msg["headers"]),
+        passthrough(msg),
         "retry",
         label=reason,
     )

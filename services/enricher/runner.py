@@ -31,6 +31,7 @@ def run_enricher(
 
     from headwater.enricher import job
     from headwater.enricher.metrics import EnricherListener
+    from headwater.enricher.progress_offsets import from_settings as progress_listener
     from headwater.telemetry import create_telemetry
 
     telemetry = create_telemetry("headwater-enricher", prometheus_port=settings.metrics_port)
@@ -40,6 +41,9 @@ def run_enricher(
     log_normalizers()
     spark = job.build_session(settings)
     spark.streams.addListener(listener)
+    progress = progress_listener(settings)  # group offsets for `headwater lag`, never read back
+    if progress:
+        spark.streams.addListener(progress)
     try:
         query = job.start(spark, settings, stats)
         log.info("enricher started", extra={"checkpoint": settings.checkpoint_location})
@@ -63,6 +67,9 @@ def run_enricher(
     finally:
         listener.read_stats()
         spark.streams.removeListener(listener)
+        if progress:
+            spark.streams.removeListener(progress)
+            progress.close()
         telemetry.shutdown()
     summary = listener.summary()
     if error:

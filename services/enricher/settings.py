@@ -18,6 +18,10 @@ from headwater.settings_env import SettingError, env_int, env_str
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
+#: The consumer group the enricher commits its progress to, for monitoring only
+#: (``progress_offsets.py``); ``headwater lag`` and ``headwater status`` read it by default.
+DEFAULT_PROGRESS_GROUP = "headwater-enricher"
+
 
 def parse_duration(name: str, raw: str) -> float:
     """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
@@ -25,6 +29,13 @@ def parse_duration(name: str, raw: str) -> float:
     if not match:
         raise SettingError(f"{name}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _progress_group(raw: str) -> str:
+    """``HEADWATER_ENRICHER_PROGRESS_GROUP``: unset means the default, ``off`` means none."""
+    if not raw:
+        return DEFAULT_PROGRESS_GROUP
+    return "" if raw.lower() == "off" else raw
 
 
 @dataclass(frozen=True)
@@ -80,11 +91,19 @@ class EnricherSettings:
     retry_backoff_seconds: float = 5.0
     retry_backoff_max_seconds: float = 300.0
     dedup_window_seconds: float = 3600.0
+    #: How long message ids are remembered at all: the gateways' 7-day retention plus an
+    #: hour (dedupe.py). Not longer than the window: ids are kept for the window only.
+    dedup_horizon_seconds: float = 7 * 86400.0 + 3600.0
+    #: Where the keyed state writes its per-task profile (profile.py); "" = off.
+    profile_dir: str = ""
     #: The most quantities kept per device in the snapshot (state.devices.v1 latest_values).
     max_latest_values: int = 100
     spark_master: str = ""
     shuffle_partitions: int = 4
     metrics_port: int = 0
+    #: Consumer group the end offsets of each batch are committed to, for monitoring only
+    #: (restarts use the checkpoint); empty (``off`` in the environment): commit nothing.
+    progress_group: str = DEFAULT_PROGRESS_GROUP
     topics: EnricherTopics = field(default_factory=EnricherTopics)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
@@ -108,10 +127,13 @@ class EnricherSettings:
             retry_backoff_seconds=dur("RETRY_BACKOFF", cls.retry_backoff_seconds),
             retry_backoff_max_seconds=dur("RETRY_BACKOFF_MAX", cls.retry_backoff_max_seconds),
             dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
+            dedup_horizon_seconds=dur("DEDUP_HORIZON", cls.dedup_horizon_seconds),
+            profile_dir=env_str(env, p + "PROFILE_DIR", ""),
             max_latest_values=env_int(env, p + "MAX_LATEST_VALUES", cls.max_latest_values, 1),
             spark_master=env_str(env, p + "SPARK_MASTER", ""),
             shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
             metrics_port=env_int(env, p + "METRICS_PORT", 0),
+            progress_group=_progress_group(env_str(env, p + "PROGRESS_GROUP", "")),
             topics=EnricherTopics.with_prefix(env_str(env, p + "TOPIC_PREFIX", "")),
             kafka=KafkaSettings.from_env(env),
         )

@@ -9,12 +9,20 @@ request is parsed, in this order (cheapest and most protective first):
    and sends no RetryInfo (measured with grpcio 1.85);
 2. the deadline: a call whose time left cannot cover the service's recent produce time
    (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
-3. the calling gateway's rate and in-flight share (``quotas.py``);
-4. the process's byte bound (``HEADWATER_INGEST_MAX_INFLIGHT_BYTES``): request bytes are
-   counted from the moment the handler sees them until the producer has acknowledged (or
-   failed) every record made from them, so bytes in the producer's queue after a call
-   timed out still count. The producer's own queue limits are derived from the same
-   bound (:func:`producer_queue_limits`), so neither can grow past it.
+3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
+   rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
+   size estimated from recent requests, so the usual refusal under overload never copies
+   the body out of gRPC's transport;
+4. once the body is read, the same checks with its real size (:meth:`Admission.admit`):
+   request bytes are counted from then until the producer has acknowledged (or failed)
+   every record made from them, so bytes in the producer's queue after a call timed out
+   still count. Bodies being read count at the estimate meanwhile. The producer's own
+   queue limits are derived from the same bound (:func:`producer_queue_limits`), so
+   neither can grow past it.
+
+Calls gRPC has accepted but the event loop has not yet started are bounded in gRPC's core
+(``server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
+checks unbounded.
 
 Waiting for room would queue callers in memory, which is the growth this prevents;
 RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
@@ -23,6 +31,7 @@ RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +50,49 @@ MIN_RECORD_BYTES = 64
 #: Half-life of the produce-time estimate once no produce finishes: after a broker stall
 #: the estimate falls back within seconds instead of refusing every call forever.
 ESTIMATE_HALF_LIFE_S = 1.0
+#: Weight of the newest request in the request-size estimate (an exponential average).
+SIZE_ESTIMATE_WEIGHT = 0.1
+
+
+def transport_options(settings: IngestSettings) -> list[tuple[str, int]]:
+    """Server options that bound what gRPC's transport holds before a handler runs.
+
+    grpc.aio starts one new call per event-loop iteration; calls that arrive faster wait
+    in gRPC's core, request body included, where no handler can refuse them (measured:
+    +340 MB and calls expiring there as CANCELLED at 10x capacity). gRPC's core drops
+    calls beyond ``max_pending_requests`` at once, and some at random between it and the
+    hard limit (twice it). It sends no status: the caller sees CANCELLED (grpcio 1.85),
+    so this is the backstop for a process too busy to start calls, not the way calls are
+    meant to be refused (that is RESOURCE_EXHAUSTED with RetryInfo, from this module).
+
+    Args:
+        settings: the service's settings (``HEADWATER_INGEST_MAX_PENDING_CALLS``).
+
+    Returns:
+        Options for ``grpc.aio.server``.
+    """
+    pending = settings.max_pending_calls
+    return [
+        ("grpc.server.max_pending_requests", pending),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * pending),
+    ]
+
+
+#: GIL switch interval of the ingest process (Python's default is 5 ms); see below.
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def shorten_gil_switch_interval() -> None:
+    """Let gRPC's completion-queue thread take the GIL sooner (process-wide).
+
+    grpc.aio hands every event of gRPC's core (a new call, a request read, a status
+    sent) to the event loop from its own thread, which needs the GIL to do so. While
+    the loop is busy parsing requests it holds the GIL, and the other thread gets it
+    only at the switch interval: at the default 5 ms that caps how many calls per
+    second the process can even start, refusals included, and the rest wait inside
+    gRPC (measured: most calls at 10x capacity expired there as CANCELLED).
+    """
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
 
 
 def producer_queue_limits(max_inflight_bytes: int) -> tuple[int, int]:
@@ -117,6 +169,11 @@ class Admission:
             self._retry_delay_s,
         )
         self.produce_time = ProduceTimeEstimate()
+        #: Recent request size (bytes, exponential average): what a body not yet read is
+        #: expected to hold. 0 until the first request, so the first is never refused early.
+        self.typical_request = 0.0
+        #: Calls whose body is being read (between :meth:`check_room` and :meth:`admit`).
+        self.reading = 0
 
     # --- slots ------------------------------------------------------------------------
 
@@ -177,6 +234,29 @@ class Admission:
                 limit_value=round(needed * 1000),
             )
 
+    def check_room(self, gateway: Gateway) -> None:
+        """Refuse a call before its body is read if a body of the usual size cannot fit.
+
+        Bodies other calls are reading count at the same estimate, so a burst of calls
+        cannot all pass this check and then all be refused once read. Books nothing: the
+        real size is checked by :meth:`admit`.
+        """
+        expected = max(1, round(self.typical_request))
+        self.quotas.check(gateway, expected)
+        if self.in_use + (self.reading + 1) * expected > self.max_bytes:
+            raise self._process_full()
+
+    def _process_full(self) -> OverloadedError:
+        return OverloadedError(
+            f"ingest replica is at its in-flight limit ({self.max_bytes} bytes, "
+            "HEADWATER_INGEST_MAX_INFLIGHT_BYTES); retry after "
+            f"{self._retry_delay_s:.2f}s or send to another replica",
+            retry_delay_s=self._retry_delay_s,
+            limit="max_inflight_bytes",
+            setting="HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
+            limit_value=self.max_bytes,
+        )
+
     def admit(self, gateway: Gateway, nbytes: int) -> Ticket:
         """Book ``nbytes`` of a call for ``gateway`` or raise OverloadedError.
 
@@ -191,17 +271,10 @@ class Admission:
             The ticket to release once every record made from the request is acknowledged
             or failed.
         """
+        self.typical_request += SIZE_ESTIMATE_WEIGHT * (nbytes - self.typical_request)
         self.quotas.check(gateway, nbytes)
         if self.in_use + nbytes > self.max_bytes:
-            raise OverloadedError(
-                f"ingest replica is at its in-flight limit ({self.max_bytes} bytes, "
-                "HEADWATER_INGEST_MAX_INFLIGHT_BYTES); retry after "
-                f"{self._retry_delay_s:.2f}s or send to another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_inflight_bytes",
-                setting="HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
-                limit_value=self.max_bytes,
-            )
+            raise self._process_full()
         self.quotas.take(gateway, nbytes)
         self.in_use += nbytes
         return Ticket(self, gateway, nbytes)

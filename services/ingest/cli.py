@@ -1,16 +1,31 @@
-"""``headwater ingest``: run the ingest gRPC service."""
+"""``headwater ingest``: run the ingest gRPC service; make and hash gateway tokens.
+
+Only the standard library and settings at import time: gRPC, Kafka clients and YAML are
+imported when a command runs, so ``headwater --help`` works with any extra installed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import sys
+from typing import TYPE_CHECKING
 
-from headwater.ingest.auth import hash_token
+if TYPE_CHECKING:
+    from headwater.ingest.settings import IngestSettings
+
+#: Read outside the settings classes; listed in ``serve --help`` beside them.
+LOGGING_VARIABLES = {"HEADWATER_LOG_LEVEL": "INFO"}
+#: Bytes of randomness in a token from ``new-token`` (256 bits, like the dev stack's).
+TOKEN_BYTES = 32
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ingest`` command group."""
+    from headwater.ingest.settings import IngestSettings
+    from headwater.startup import EnvHelpFormatter, env_help
+
     ingest = subparsers.add_parser(
         "ingest",
         help="the gRPC ingest service",
@@ -21,9 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="serve the IngestService until SIGTERM",
         description=(
-            "Serve the IngestService. Configuration comes from HEADWATER_INGEST_* and "
-            "HEADWATER_KAFKA_* environment variables (see the README's settings table)."
+            "Serve the IngestService. Configuration comes from the environment variables "
+            "below (the README's settings table explains each); the standard OTEL_* "
+            "variables configure telemetry. Exits 2 with one line on stderr when it cannot "
+            "start (a bad setting, tokens file or TLS file)."
         ),
+        epilog=env_help(IngestSettings.from_env, extra=LOGGING_VARIABLES),
+        formatter_class=EnvHelpFormatter,
     )
     serve.set_defaults(func=_serve)
     token = commands.add_parser(
@@ -32,28 +51,104 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read a bearer token from standard input; print its SHA-256 hex digest.",
     )
     token.set_defaults(func=_hash_token)
+    new = commands.add_parser(
+        "new-token",
+        help="make a new bearer token; print it and its tokens-file entry",
+        description=(
+            "Print a new random bearer token (give it to the gateway, e.g. as "
+            "HEADWATER_GATEWAY_TOKEN) and, on the following lines, the tokens-file entry with "
+            "its token_sha256 (only the hash goes into the tokens file)."
+        ),
+    )
+    new.add_argument("--gateway-id", default="gw-CHANGE-ME", help="the entry's gateway id")
+    new.add_argument("--tenant", default="CHANGE-ME", help="the tenant the gateway belongs to")
+    new.add_argument(
+        "--device",
+        action="append",
+        dest="devices",
+        help="device-id pattern the gateway may speak for (repeat; default: none)",
+    )
+    new.set_defaults(func=_new_token)
+
+
+def preflight(settings: IngestSettings) -> None:
+    """Check what ``serve`` reads once at start-up; raise StartupError naming what is wrong.
+
+    The tokens file must parse (a server that would refuse every gateway is not started);
+    TLS files must be readable and hold PEM.
+    """
+    from headwater.startup import StartupError, require_readable
+
+    files = (
+        ("HEADWATER_INGEST_TLS_CERT_FILE", settings.tls_cert_file),
+        ("HEADWATER_INGEST_TLS_KEY_FILE", settings.tls_key_file),
+        ("HEADWATER_INGEST_TLS_CLIENT_CA_FILE", settings.tls_client_ca_file),
+    )
+    for name, path in files:
+        if path:
+            require_readable(name, path)
+            with open(path, "rb") as f:
+                if b"-----BEGIN " not in f.read():
+                    raise StartupError(f"{name}={path}: not a PEM file")
+    if settings.tokens_file:
+        _check_tokens_file(settings.tokens_file)
+
+
+def _check_tokens_file(path: str) -> None:
+    """Parse the tokens file as the service will; raise StartupError saying what is wrong."""
+    import yaml
+
+    from headwater.ingest.auth import parse_tokens
+    from headwater.startup import StartupError, require_readable
+
+    name = "HEADWATER_INGEST_TOKENS_FILE"
+    require_readable(name, path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            parse_tokens(f.read())
+    except yaml.YAMLError as exc:
+        # The parser's message says line and column; folded to one line.
+        raise StartupError(f"{name}={path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except (OSError, ValueError) as exc:  # TokensFileError, UnicodeDecodeError
+        raise StartupError(f"{name}={path}: {' '.join(str(exc).split())}") from None
 
 
 def _serve(_args: argparse.Namespace) -> int:
     from headwater.ingest.server import serve
     from headwater.ingest.settings import IngestSettings
     from headwater.logs import configure_logging
-    from headwater.settings_env import SettingError
 
     configure_logging()
-    try:
-        settings = IngestSettings.from_env()
-    except SettingError as exc:
-        print(f"headwater ingest serve: {exc}", file=sys.stderr)
-        return 2
+    # SettingError and StartupError end in one line (headwater.cli.main).
+    settings = IngestSettings.from_env()
+    preflight(settings)
     asyncio.run(serve(settings))
     return 0
 
 
 def _hash_token(_args: argparse.Namespace) -> int:
+    from headwater.ingest.auth import hash_token
+
     token = sys.stdin.readline().strip()
     if not token:
         print("headwater ingest hash-token: no token on standard input", file=sys.stderr)
         return 2
     print(hash_token(token))
+    return 0
+
+
+def _new_token(args: argparse.Namespace) -> int:
+    import json
+
+    from headwater.ingest.auth import hash_token
+
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    # The token alone on the first line, so `| head -1` hands it to a secret store; the
+    # rest is the tokens-file entry (YAML; JSON strings are valid YAML scalars).
+    print(token)
+    print("# tokens file entry (the token itself is not stored there):")
+    print(f"  - id: {json.dumps(args.gateway_id)}")
+    print(f"    tenant: {json.dumps(args.tenant)}")
+    print(f"    token_sha256: {hash_token(token)}")
+    print(f"    devices: {json.dumps(args.devices or [])}")
     return 0

@@ -27,6 +27,7 @@ from aiokafka import errors as kafka_errors
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from headwater.ingest.producer import Headers
+from headwater.kafka_check import explain
 from headwater.kafka_settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class ConfluentWriter:
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
         self._connected = False
+        #: The first client error that names a setting (login, TLS), for start()'s error.
+        self._explained: str | None = None
         self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
         #: Called on the event loop with the reason after a fatal producer error.
         self.on_fatal: Callable[[str], None] | None = None
@@ -93,15 +96,9 @@ class ConfluentWriter:
         if self._connected:
             return
         s = self._settings
-        conf = s.confluent_config() | {
-            "client.id": "headwater-ingest",
-            "acks": "all",
-            # Java's and aiokafka's key hashing, so a device keeps its partition across clients
-            # (librdkafka's own default, consistent_random, hashes differently).
-            "partitioner": "murmur2_random",
-            "enable.idempotence": True,
-            "linger.ms": s.linger_ms,
-            "compression.type": s.compression_type,
+        # Security, client.id, acks=all, idempotence and the shared partitioner (Java's and
+        # aiokafka's key hashing, so a device keeps its partition across clients).
+        conf = s.producer_config("headwater-ingest") | {
             "message.timeout.ms": int(self._timeout_s * 1000),
             "message.max.bytes": 2 * 1024 * 1024,
             "queue.buffering.max.kbytes": max(1, -(-self._queue_limits[0] // 1024)),
@@ -120,7 +117,10 @@ class ConfluentWriter:
         try:
             await loop.run_in_executor(None, lambda: producer.list_topics(timeout=timeout))
         except KafkaException as exc:
-            raise kafka_errors.KafkaConnectionError(str(exc)) from exc
+            # A refused login or an untrusted certificate reaches only error_cb: serve it,
+            # so the error names the setting to fix instead of "transport failure".
+            producer.poll(0)
+            raise kafka_errors.KafkaConnectionError(self._explained or str(exc)) from exc
         self._producer, self._loop, self._unconnected = producer, loop, None
         self._stopping.clear()
         self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
@@ -138,6 +138,7 @@ class ConfluentWriter:
         Args:
             err: The error; ``err.fatal()`` (code ``_FATAL``) means the producer is dead.
         """
+        self._explained = self._explained or explain(err.str(), err.code())
         if not (err.fatal() or err.code() == KafkaError._FATAL):
             log.warning("Kafka client error", extra={"error": err.str(), "code": err.name()})
             return

@@ -5,7 +5,11 @@ headwater_ingest_received_bytes_total, headwater_ingest_request_duration_seconds
 headwater_ingest_produce_duration_seconds, headwater_ingest_inflight_bytes,
 headwater_ingest_inflight_requests, headwater_ingest_refused_calls_total,
 headwater_ingest_refused_bytes_total, headwater_ingest_open_streams,
-headwater_ingest_gateway_inflight_bytes.
+headwater_ingest_gateway_inflight_bytes, and the OpenTelemetry RPC convention's
+rpc_server_call_duration_seconds (``rpc.server.call.duration``, in seconds: the current
+name; ``rpc.server.duration`` in ms is deprecated in the installed semantic conventions).
+Counters and histograms only, besides gauges of what is held right now: rates and
+quantiles are PromQL's job.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable
 from opentelemetry.metrics import Meter, Observation
 
 from headwater.telemetry import SECONDS_BUCKETS
+from headwater.telemetry_conventions import rpc_metric_attributes
 
 
 class IngestMetrics:
@@ -57,7 +62,17 @@ class IngestMetrics:
             unit="By",
             description="Request bytes refused unstarted, by gateway and limit",
         )
+        self.rpc_call_duration = meter.create_histogram(
+            "rpc.server.call.duration",
+            unit="s",
+            description="Duration of an incoming RPC (a whole stream for streaming methods)",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
         self._meter = meter
+
+    def rpc_call(self, service: str, method: str, code_name: str, seconds: float) -> None:
+        """Record one finished RPC under the OpenTelemetry RPC conventions."""
+        self.rpc_call_duration.record(seconds, rpc_metric_attributes(service, method, code_name))
 
     def observe_inflight(self, read: Callable[[], tuple[int, int]]) -> None:
         """Export in-flight bytes and requests, read at collection time (free per call)."""

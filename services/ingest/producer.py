@@ -69,8 +69,6 @@ class AiokafkaWriter:
             return
         s = self._settings
         producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id="headwater-ingest",
             acks="all",
             enable_idempotence=True,
             linger_ms=s.linger_ms,
@@ -78,7 +76,9 @@ class AiokafkaWriter:
             request_timeout_ms=int(self._timeout_s * 1000),
             max_request_size=2 * 1024 * 1024,
             max_batch_size=self._max_batch_bytes,
-            **s.aiokafka_security(),
+            # Bootstrap, client_id and security; aiokafka's default partitioner is the
+            # murmur2 hash of KafkaSettings.PARTITIONER already.
+            **s.aiokafka_config("headwater-ingest"),
         )
         try:
             await asyncio.wait_for(producer.start(), self._timeout_s)

@@ -11,18 +11,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from headwater.ingest.admission import producer_queue_limits
+from headwater.ingest.admission import (
+    producer_queue_limits,
+    shorten_gil_switch_interval,
+    transport_options,
+)
 from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.tls import RotatingCertificates
 from headwater.proto.ingest.v1 import ingest_service_pb2
 from headwater.reflection import enable_reflection
 from headwater.telemetry import Telemetry, create_telemetry
@@ -35,16 +39,13 @@ _REQUEST_OVERHEAD = 64 * 1024
 
 
 def _server_credentials(settings: IngestSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials reloaded when the files change (tls.py), or None for plaintext."""
     if not settings.tls_cert_file:
         return None
-    key = Path(settings.tls_key_file).read_bytes()
-    cert = Path(settings.tls_cert_file).read_bytes()
-    client_ca = (
-        Path(settings.tls_client_ca_file).read_bytes() if settings.tls_client_ca_file else None
+    files = RotatingCertificates(
+        settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file
     )
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
+    return files.credentials()
 
 
 def create_writer(settings: IngestSettings) -> RecordWriter:
@@ -73,7 +74,10 @@ class IngestServer:
         self.writer = writer or create_writer(settings)
         self.telemetry = telemetry or create_telemetry("headwater-ingest")
         self.port = 0
+        #: The plaintext health-only port (0: none); see _start_health_server.
+        self.health_port = 0
         self._server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._servicer: IngestServicer | None = None
         self._connector: asyncio.Task[None] | None = None
@@ -105,6 +109,7 @@ class IngestServer:
         max_message = s.max_batch_messages * (s.max_payload_bytes + 1024) + _REQUEST_OVERHEAD
         # No maximum_concurrent_rpcs: grpc.aio would refuse health checks with the rest and
         # send no RetryInfo. The servicer counts its own calls and streams (admission.py).
+        shorten_gil_switch_interval()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", min(s.max_request_bytes, max_message)),
@@ -113,6 +118,7 @@ class IngestServer:
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.max_connection_age_ms", 15 * 60_000),  # rebalance long-lived gateways
                 ("grpc.max_connection_age_grace_ms", 60_000),
+                *transport_options(s),
             ],
         )
         server.add_generic_rpc_handlers([self._servicer.rpc_handler()])
@@ -133,12 +139,36 @@ class IngestServer:
         await self._set_health(_NOT_SERVING)
         await server.start()
         self._server = server
+        await self._start_health_server()
         self._connector = asyncio.create_task(self._connect_writer())
         log.info(
             "ingest service listening",
-            extra={"address": s.listen_address, "port": self.port, "tls": bool(credentials)},
+            extra={
+                "address": s.listen_address,
+                "port": self.port,
+                "tls": bool(credentials),
+                "health_port": self.health_port or None,
+            },
         )
         return self.port
+
+    async def _start_health_server(self) -> None:
+        """Serve grpc.health.v1 alone on a plaintext port (HEADWATER_INGEST_HEALTH_PORT).
+
+        The kubelet's gRPC probe cannot speak TLS; without this port a TLS pod could only
+        be probed with a TCP connect, which ignores NOT_SERVING. The same HealthServicer
+        answers here, so draining and a replaced producer show on both ports. Nothing but
+        health is registered on it: the ingest API stays behind TLS.
+        """
+        port = self.settings.effective_health_port
+        if not port:
+            return
+        host = self.settings.listen_address.rsplit(":", 1)[0]
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.health_port = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        self._health_server = server
 
     async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
         for service in ("", SERVICE_NAME):
@@ -204,6 +234,9 @@ class IngestServer:
             self._connector.cancel()
         await self._server.stop(grace)
         self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)  # NOT_SERVING was visible through the drain
+            self._health_server = None
         await self.writer.stop(timeout_s=max(1.0, grace / 2))
         self.telemetry.shutdown()
         log.info("ingest service stopped")

@@ -42,6 +42,12 @@ from headwater.ingest.status import to_rpc_status as rpc_status_of
 from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.telemetry_conventions import (
+    messaging_attributes,
+    record_position_attributes,
+    rpc_attributes,
+    rpc_status_attributes,
+)
 from headwater.topics import INGEST_TOPICS
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,10 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "headwater.ingest.v1.IngestService"
 #: Time kept back from the caller's deadline to send the answer before it expires.
 _ANSWER_MARGIN_S = 0.05
+#: Messages parsed and queued per event-loop step (see ``_produce_all``).
+_YIELD_EVERY = 16
+#: Requests parsed and queued at once (see ``IngestServicer.__init__``).
+_CPU_LANES = 2
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,12 @@ class IngestServicer:
             lambda: self._admission.streams, self._admission.quotas.inflight_by_gateway
         )
         self._draining = asyncio.Event()
+        # Parsing and queueing a request is the CPU-heavy part of a call. One event loop
+        # runs it all, so more of them at once only interleave; and each one ready to run
+        # lengthens every loop iteration, while grpc.aio starts one new call per
+        # iteration. Few at a time keeps iterations short, so new calls are started (and
+        # refused, if need be) as fast as they arrive instead of queueing inside gRPC.
+        self._cpu_lanes = asyncio.Semaphore(_CPU_LANES)
 
     def begin_drain(self) -> None:
         """Refuse new work and end open streams once their frames are answered."""
@@ -119,11 +135,13 @@ class IngestServicer:
         """Return the generic handler that serves every endpoint.
 
         Requests arrive as raw bytes (no deserializer): their size is all admission needs,
-        so a refused call is never parsed.
+        so a refused call is never parsed. Publish is served as request-streaming (the
+        wire is the same for a unary caller): the handler starts before gRPC reads the
+        request, so admission can refuse a call whose body it never copies.
         """
         methods: dict[str, grpc.RpcMethodHandler] = {}
         for ep in ENDPOINTS:
-            methods[ep.publish_method] = grpc.unary_unary_rpc_method_handler(
+            methods[ep.publish_method] = grpc.stream_unary_rpc_method_handler(
                 functools.partial(self._publish, ep),
                 request_deserializer=None,
                 response_serializer=ep.publish_response.SerializeToString,
@@ -138,35 +156,53 @@ class IngestServicer:
     # --- RPCs -------------------------------------------------------------------------
 
     async def _publish(
-        self, ep: Endpoint, request: bytes, context: grpc.aio.ServicerContext
+        self, ep: Endpoint, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> object:
         started = time.perf_counter()
         attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
         caller: Gateway | None = None
         try:
-            # Refusals first and without a span: under overload they are most calls, and
-            # each must cost as little as possible.
+            # Refusals first, without a span and before the body is read: under overload
+            # they are most calls, and each must cost as little as possible.
             caller = self._authenticate(context)
             self._admission.enter_rpc()
         except IngestError as err:
             attrs["code"] = err.code.name
             self._metrics.requests.add(1, attrs)
-            self._refused(ep, "publish", err, len(request), caller)
+            self._metrics.rpc_call(
+                SERVICE_NAME, ep.publish_method, err.code.name, time.perf_counter() - started
+            )
+            self._refused(ep, "publish", err, 0, caller)
             await context.abort_with_status(rpc_status_of(err))
         gateway = caller
         assert gateway is not None  # abort_with_status raised otherwise
+        request = b""
         try:
+            try:
+                self._check_ready()
+                self._admission.check_deadline(_time_left(context.time_remaining()))
+                self._admission.check_room(gateway)
+                request = await self._read_request(requests)
+            except IngestError as err:
+                attrs["code"] = err.code.name
+                self._refused(ep, "publish", err, len(request), gateway)
+                await context.abort_with_status(rpc_status_of(err))
             parent = propagate.extract(dict(context.invocation_metadata() or ()))
             with self._tracer.start_as_current_span(
-                f"{SERVICE_NAME}/{ep.publish_method}", context=parent, kind=SpanKind.SERVER
+                f"{SERVICE_NAME}/{ep.publish_method}",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes=rpc_attributes(SERVICE_NAME, ep.publish_method),
             ) as span:
                 try:
                     _, results = await self._write_frame(
                         ep, request, wire.publish_deserializer, gateway, context.time_remaining()
                     )
+                    span.set_attributes(rpc_status_attributes("OK"))
                     return ep.publish_response(results=results)
                 except IngestError as err:
                     attrs["code"] = err.code.name
+                    span.set_attributes(rpc_status_attributes(err.code.name))
                     span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
                     self._refused(ep, "publish", err, len(request), gateway)
                     await context.abort_with_status(rpc_status_of(err))
@@ -174,7 +210,23 @@ class IngestServicer:
             self._admission.leave_rpc()
             self._metrics.requests.add(1, attrs)
             self._metrics.request_duration.record(time.perf_counter() - started, attrs)
+            self._metrics.rpc_call(
+                SERVICE_NAME, ep.publish_method, attrs["code"], time.perf_counter() - started
+            )
         raise AssertionError("unreachable: abort_with_status raises")
+
+    async def _read_request(self, requests: AsyncIterator[bytes]) -> bytes:
+        """Read a publish call's one request; its bytes count at the estimate meanwhile."""
+        self._admission.reading += 1
+        try:
+            async for request in requests:
+                return request
+        finally:
+            self._admission.reading -= 1
+        raise InvalidMessageError(
+            "a publish call carries exactly one request; none arrived",
+            reason="MALFORMED_REQUEST",
+        )
 
     async def _stream(
         self,
@@ -183,6 +235,7 @@ class IngestServicer:
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[object]:
         caller: Gateway | None = None
+        started = time.perf_counter()
         try:
             generation = self._auth.generation()
             caller = self._authenticate(context)
@@ -190,6 +243,9 @@ class IngestServicer:
         except IngestError as err:
             self._metrics.requests.add(
                 1, {"endpoint": ep.name, "method": "stream", "code": err.code.name}
+            )
+            self._metrics.rpc_call(
+                SERVICE_NAME, ep.stream_method, err.code.name, time.perf_counter() - started
             )
             self._refused(ep, "stream", err, 0, caller)
             await context.abort_with_status(rpc_status_of(err))
@@ -220,6 +276,9 @@ class IngestServicer:
             reader.cancel()
             self._admission.leave_stream()
             self._metrics.requests.add(1, {"endpoint": ep.name, "method": "stream", "code": code})
+            self._metrics.rpc_call(
+                SERVICE_NAME, ep.stream_method, code, time.perf_counter() - started
+            )
 
     async def _read_frames(
         self,
@@ -273,9 +332,12 @@ class IngestServicer:
         stream_left = context.time_remaining()
         if stream_left is not None:
             time_left = min(time_left, stream_left)
+        # One server span per frame (the unit of work and of answer), not per stream.
         with self._tracer.start_as_current_span(
-            f"{SERVICE_NAME}/{ep.stream_method} frame", kind=SpanKind.SERVER
-        ):
+            f"{SERVICE_NAME}/{ep.stream_method} frame",
+            kind=SpanKind.SERVER,
+            attributes=rpc_attributes(SERVICE_NAME, ep.stream_method),
+        ) as span:
             try:
                 frame, results = await self._write_frame(
                     ep, data, wire.stream_deserializer, gateway, time_left
@@ -291,6 +353,7 @@ class IngestServicer:
                     self._log_call_error(ep, err)
                     results = [error_result("", err)] if frame.error else []
                     results += [error_result(_message_id(raw), err) for raw in frame.messages]
+            span.set_attributes(rpc_status_attributes(code.name))
         attrs = {"endpoint": ep.name, "method": "stream", "code": code.name}
         self._metrics.request_duration.record(time.perf_counter() - started, attrs)
         return ep.stream_response(frame_id=frame.frame_id, results=results)
@@ -348,7 +411,7 @@ class IngestServicer:
     ) -> tuple[wire.RawFrame, list[api.MessageResult]]:
         """Admit a request, then write every valid message of it; one result per message."""
         self._check_ready()
-        time_left = None if time_remaining is None else time_remaining - _ANSWER_MARGIN_S
+        time_left = _time_left(time_remaining)
         self._admission.check_deadline(time_left)
         ticket = self._admission.admit(gateway, len(data))
         unacked: list[asyncio.Future] = []
@@ -386,16 +449,13 @@ class IngestServicer:
         loop = asyncio.get_running_loop()
         results: list[api.MessageResult | None] = [None] * len(frame.messages)
         pending: list[tuple[int, str, asyncio.Future]] = []
+        last_key = ""  # the device id of the last record queued, for the span
         produce_started = time.perf_counter()
         with self._tracer.start_as_current_span(
             f"send {ep.topic}",
             kind=SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": "kafka",
-                "messaging.destination.name": ep.topic,
-                "messaging.batch.message_count": len(frame.messages),
-            },
-        ):
+            attributes=messaging_attributes("send", ep.topic, batch_size=len(frame.messages)),
+        ) as span:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             common = [
@@ -407,8 +467,13 @@ class IngestServicer:
             ]
             try:
                 # One deadline for the whole frame: the broker may block send() itself.
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(deadline), self._cpu_lanes:
                     for i, raw in enumerate(frame.messages):
+                        if i % _YIELD_EVERY == _YIELD_EVERY - 1:
+                            # Give the loop back: gRPC starts (and admission refuses) new
+                            # calls only between steps, one per loop iteration, so one
+                            # long step per request would queue new calls inside gRPC.
+                            await asyncio.sleep(0)
                         msg, rejection = self._admit(raw, gateway)
                         if rejection is not None:
                             results[i] = rejection
@@ -422,6 +487,7 @@ class IngestServicer:
                             ep.topic, msg.device_id.encode(), raw, headers
                         )
                         pending.append((i, msg.message_id, future))
+                        last_key = msg.device_id
             except Exception as exc:  # every failure, the deadline included, becomes a result
                 broker_error = from_kafka_error(exc)
                 queued = {i for i, _, _ in pending}
@@ -434,6 +500,13 @@ class IngestServicer:
                 results[i] = _ack_result(message_id, future)
                 if not future.done():
                     unacked.append(future)
+            if len(frame.messages) == 1 and pending and results[0] is not None:
+                # One record: its key and where it landed, by the messaging conventions.
+                span.set_attribute("messaging.kafka.message.key", last_key)
+                if results[0].code == 0:
+                    span.set_attributes(
+                        record_position_attributes(results[0].partition, results[0].offset)
+                    )
         produce_s = time.perf_counter() - produce_started
         self._metrics.produce_duration.record(produce_s, {"topic": ep.topic})
         if pending and all(r is not None and r.code == 0 for r in results):
@@ -515,6 +588,11 @@ class IngestServicer:
             err.message,
             extra={"endpoint": ep.name, "code": err.code.name, "reason": err.reason},
         )
+
+
+def _time_left(time_remaining: float | None) -> float | None:
+    """The time a call has for its work: its deadline less the margin for the answer."""
+    return None if time_remaining is None else time_remaining - _ANSWER_MARGIN_S
 
 
 def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:

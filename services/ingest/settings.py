@@ -21,6 +21,9 @@ GATEWAY_FRAME_TIMEOUT_SECONDS = 10.0
 
 log = logging.getLogger(__name__)
 
+#: The plaintext health-only port when TLS is on and HEADWATER_INGEST_HEALTH_PORT is unset.
+DEFAULT_HEALTH_PORT = 8086
+
 #: The produce clients the service can use (``HEADWATER_INGEST_PRODUCER``).
 PRODUCERS = ("confluent", "aiokafka")
 
@@ -36,6 +39,9 @@ class IngestSettings:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    #: Plaintext port serving only grpc.health.v1, for probes that cannot speak TLS (the
+    #: kubelet's). None: ``DEFAULT_HEALTH_PORT`` when TLS is on, off without TLS; 0: off.
+    health_port: int | None = None
     max_payload_bytes: int = CONTRACT_MAX_PAYLOAD_BYTES
     max_batch_messages: int = CONTRACT_MAX_BATCH_MESSAGES
     max_request_bytes: int = 4 * 1024 * 1024
@@ -48,6 +54,11 @@ class IngestSettings:
     #: Open streams per process: a separate limit, because a stream is held for hours
     #: (~512 gateways with a telemetry and an alarms stream each fit the default).
     max_streams: int = 1024
+    #: Calls gRPC has accepted but the event loop has not started yet (request bodies
+    #: included); beyond it gRPC's core drops new calls without running Python (the caller
+    #: sees CANCELLED). 256 lets a burst of a few hundred calls wait (64 dropped some of a
+    #: 200-call burst); memory: up to one request each.
+    max_pending_calls: int = 256
     stream_max_inflight_frames: int = 8
     #: Server-side deadline of one stream frame: below the gateway's 10 s frame timeout
     #: (``HEADWATER_GATEWAY_CALL_TIMEOUT_SECONDS``), so the answer arrives before it resends.
@@ -71,6 +82,13 @@ class IngestSettings:
     producer: str = "confluent"
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
+    @property
+    def effective_health_port(self) -> int:
+        """The plaintext health port to open; 0 when there is none."""
+        if self.health_port is not None:
+            return self.health_port
+        return DEFAULT_HEALTH_PORT if self.tls_cert_file else 0
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> IngestSettings:
         """Read the settings from the environment; raise SettingError on a bad value."""
@@ -83,6 +101,11 @@ class IngestSettings:
             tls_cert_file=env_str(env, "HEADWATER_INGEST_TLS_CERT_FILE", ""),
             tls_key_file=env_str(env, "HEADWATER_INGEST_TLS_KEY_FILE", ""),
             tls_client_ca_file=env_str(env, "HEADWATER_INGEST_TLS_CLIENT_CA_FILE", ""),
+            health_port=(
+                env_int(env, "HEADWATER_INGEST_HEALTH_PORT", 0)
+                if env_str(env, "HEADWATER_INGEST_HEALTH_PORT", "")
+                else None
+            ),
             max_payload_bytes=env_int(
                 env, "HEADWATER_INGEST_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, 1
             ),
@@ -99,6 +122,9 @@ class IngestSettings:
                 env, "HEADWATER_INGEST_MAX_CONCURRENT_RPCS", cls.max_concurrent_rpcs, 1
             ),
             max_streams=env_int(env, "HEADWATER_INGEST_MAX_STREAMS", cls.max_streams, 1),
+            max_pending_calls=env_int(
+                env, "HEADWATER_INGEST_MAX_PENDING_CALLS", cls.max_pending_calls, 1
+            ),
             stream_max_inflight_frames=env_int(
                 env, "HEADWATER_INGEST_STREAM_MAX_INFLIGHT_FRAMES", 8, 1
             ),

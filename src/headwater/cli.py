@@ -1,7 +1,12 @@
 """The ``headwater`` command: one subcommand group per job.
 
 Each group registers itself from its own package and imports its heavy dependencies
-(Spark, gRPC) only when it runs, so ``headwater --help`` stays fast.
+(Spark, gRPC, Kafka clients) only when it runs, so ``headwater --help`` stays fast and
+works with any extra installed. A group whose package needs an extra that is not
+installed is still listed; running it says which extra to install.
+
+A command that cannot start (a bad setting, a missing file, no Java) ends with one line
+on stderr and exit status 2, not a traceback (:class:`headwater.startup.StartupError`).
 """
 
 from __future__ import annotations
@@ -9,23 +14,34 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import metadata
 
-#: Modules that provide ``register(subparsers)``, in the order shown by --help.
-COMMAND_MODULES = (
-    "headwater.devstack.cli",
-    "headwater.ingest.cli",
-    "headwater.enricher.cli",
-    "headwater.enricher.normalize_cli",
-    "headwater.topics_cli",
-    "headwater.ops.cli",
-    "headwater.gateway.cli",
-    "headwater.bench.cli",
+#: Modules that provide ``register(subparsers)``, in the order shown by --help, with the
+#: extra that brings what they need and the command names they register.
+COMMAND_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("headwater.devstack.cli", "dev", ("devstack",)),
+    ("headwater.ingest.cli", "ingest", ("ingest",)),
+    ("headwater.enricher.cli", "enricher", ("enricher",)),
+    ("headwater.enricher.normalize_cli", "enricher", ("normalize",)),
+    ("headwater.topics_cli", "ops", ("topics",)),
+    ("headwater.ops.cli", "ops", ("dlq", "offsets", "lag", "status")),
+    ("headwater.master.cli", "ops", ("master",)),
+    ("headwater.gateway.cli", "gateway", ("gateway",)),
+    ("headwater.bench.cli", "dev", ("bench",)),
 )
 
 
+def version() -> str:
+    """Return the installed version of Headwater ("unknown" when run from a bare checkout)."""
+    try:
+        return metadata.version("headwater")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Return the parser with every available command group registered."""
+    """Return the parser with every command group registered."""
     parser = argparse.ArgumentParser(
         prog="headwater",
         description=(
@@ -33,16 +49,78 @@ def build_parser() -> argparse.ArgumentParser:
             "as enriched common-format events."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"headwater {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for module, extra, commands in COMMAND_MODULES:
+        try:
+            importlib.import_module(module).register(subparsers)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.split(".")[0] == "headwater":
+                raise  # our own module missing is a packaging bug, not a missing extra
+            _register_missing(subparsers, commands, extra, exc.name or "?")
     return parser
 
 
+def _register_missing(
+    subparsers: argparse._SubParsersAction, commands: Sequence[str], extra: str, missing: str
+) -> None:
+    """List ``commands`` anyway; running one says which extra brings ``missing``."""
+    for name in commands:
+        cmd = subparsers.add_parser(
+            name,
+            help=f"(not installed: pip install 'headwater[{extra}]')",
+            description=f"Needs headwater[{extra}] (missing: {missing}).",
+        )
+        cmd.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        cmd.set_defaults(func=_missing(name, extra, missing))
+
+
+def _missing(name: str, extra: str, module: str) -> Callable[[argparse.Namespace], int]:
+    def run(_args: argparse.Namespace) -> int:
+        print(
+            f"headwater {name}: needs the {extra} extra ({module} is not installed): "
+            f"pip install 'headwater[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``headwater`` command."""
+    """Run the ``headwater`` command; start-up failures end in one line on stderr, exit 2."""
+    from headwater.jvm import JvmSetupError
+    from headwater.settings_env import SettingError
+    from headwater.startup import StartupError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (StartupError, SettingError, JvmSetupError) as exc:
+        print(f"headwater {_command_of(args)}: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        # A group registers with the standard library only; what it runs may need an extra.
+        if not exc.name or exc.name.split(".")[0] == "headwater":
+            raise
+        return _missing(_command_of(args), _extra_of(args.command), exc.name)(args)
+
+
+def _extra_of(command: str) -> str:
+    """The extra that brings what ``command`` needs."""
+    for _module, extra, commands in COMMAND_MODULES:
+        if command in commands:
+            return extra
+    return "dev"
+
+
+def _command_of(args: argparse.Namespace) -> str:
+    """The words of the command that ran, e.g. ``ingest serve``."""
+    words = [args.command]
+    sub = getattr(args, f"{args.command}_command", None)
+    if isinstance(sub, str):
+        words.append(sub)
+    return " ".join(words)
 
 
 if __name__ == "__main__":

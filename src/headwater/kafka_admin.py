@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from headwater.kafka_check import connected_admin
+from headwater.kafka_settings import KafkaSettings, resolve_kafka
 from headwater.topics import TopicSpec
 
 
@@ -20,13 +22,21 @@ class TopicReport:
 
 
 def ensure_topics(
-    bootstrap_servers: str, specs: list[TopicSpec], timeout: float = 15.0
+    kafka: KafkaSettings | str, specs: list[TopicSpec], timeout: float = 15.0
 ) -> list[TopicReport]:
     """Create the topics that are missing; report partition-count drift of existing ones.
 
     Existing topics are never changed here: drift is reported so a person can decide.
+
+    Args:
+        kafka: The connection (bootstrap servers alone: security from ``HEADWATER_KAFKA_*``).
+        specs: The topics as described.
+        timeout: Seconds for each request.
+
+    Raises:
+        headwater.kafka_check.KafkaSetupError: login or TLS refused (names the setting).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = connected_admin(resolve_kafka(kafka), "headwater-topics", timeout)
     existing = admin.list_topics(timeout=timeout).topics
     reports: list[TopicReport] = []
     missing = [s for s in specs if s.name not in existing]

@@ -50,3 +50,5 @@ def configure_logging(level: str | None = None) -> None:
     root.setLevel((level or os.environ.get("HEADWATER_LOG_LEVEL", "INFO")).upper())
     # aiokafka logs every reconnect attempt at ERROR; our own messages say what to do.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # py4j logs every command between PySpark and its JVM at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)

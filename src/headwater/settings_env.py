@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 
 class SettingError(ValueError):
     """An environment variable holds a value that cannot be used."""
 
 
+#: While :func:`recording` runs: every variable read, with its default, in reading order.
+_READS: ContextVar[dict[str, str] | None] = ContextVar("headwater_setting_reads", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[dict[str, str]]:
+    """Collect ``{variable: default}`` of every setting read inside the block.
+
+    ``--help`` lists a service's variables by running its ``from_env`` under this, so the
+    list is the code's own and cannot drift from it.
+    """
+    reads: dict[str, str] = {}
+    token = _READS.set(reads)
+    try:
+        yield reads
+    finally:
+        _READS.reset(token)
+
+
 def env_str(env: Mapping[str, str], name: str, default: str) -> str:
     """Return ``env[name]`` stripped, or ``default`` when unset or empty."""
+    reads = _READS.get()
+    if reads is not None:
+        reads.setdefault(name, default)
     value = env.get(name, "").strip()
     return value or default
 

@@ -92,6 +92,9 @@ def test_overload_mode_reports_every_window_and_the_noisy_neighbour(kafka_bootst
         assert w["rss_before_mb"] > 0 and w["rss_end_of_window_mb"] > 0
         assert len(w["rss_series_mb"]) >= 2
         assert 0 <= w["refused_exhausted_share"] <= 1
+        # The load came from separate processes, and recovery was probed meanwhile.
+        assert w["load_processes"] == 2 and w["offered_calls"] > 0
+        assert w["answers_ok_after_s"] is not None and w["server_cpu_s"] > 0
     neighbour = overload["neighbour"]
     for phase in ("alone", "beside_noisy"):
         assert sum(neighbour[phase]["polite_codes"].values()) > 0

@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from tests.helm.monitoring import exported_names, metrics_used
+from tests.helm.monitoring import (
+    exported_names,
+    exported_types,
+    expressions,
+    metrics_used,
+    rated_series,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -55,8 +61,18 @@ def test_whole_pipeline_then_dashboard_metrics_against_its_scrape(tmp_path):
     # enriched into no event at all, and the fleet's mix of them varies from run to run.
     assert enricher["events"] > 1000
 
-    exported = exported_names((workdir / "metrics-ingest.prom").read_text()) | exported_names(
-        (workdir / "metrics-enricher.prom").read_text()
-    )
+    scrapes = [(workdir / f"metrics-{p}.prom").read_text() for p in ("ingest", "enricher")]
+    exported = exported_names(scrapes[0]) | exported_names(scrapes[1])
     missing = metrics_used() - exported
     assert not missing, f"the dashboard or alerts use metrics nobody exports: {missing}"
+    # The running processes' types: rate() only over counters and histograms, and no
+    # precomputed rate or quantile among the gauges.
+    types = exported_types(scrapes[0]) | exported_types(scrapes[1])
+    for expr in expressions():
+        for name in rated_series(expr):
+            assert types[name] in {"counter", "histogram"}, (name, expr)
+    assert types["rpc_server_call_duration_seconds_count"] == "histogram"
+    assert types["headwater_enricher_output_bytes_total"] == "counter"
+    for name, kind in types.items():
+        if kind == "gauge" and name.startswith("headwater_"):
+            assert not any(w in name for w in ("per_second", "_rate", "latency")), name

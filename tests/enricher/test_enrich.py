@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from headwater.enricher.decode import decode
+from headwater.enricher.decode import key_columns
 from headwater.enricher.enrich import build_events, event_id
-from headwater.enricher.normalize import normalize
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import Policy, process_devices
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
@@ -81,7 +80,7 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
         _ingest(Msg("m3", "dev-2", ACME, acme(1, 2)), 2),  # no master data: parked
     ]
     raw = spark.createDataFrame(rows, RAW)
-    out = process_devices(normalize(decode(raw, T.master)), Policy(T, 3, 1000, 10_000, 60_000))
+    out = process_devices(key_columns(raw, T.master), Policy(T, 3, 1000, 10_000, 60_000))
     out = out.cache()
     got = out.select("topic", "role", "label", "event_id")
     expected = spark.createDataFrame(

@@ -74,6 +74,9 @@ def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
             )
     assert {k: len(v) for k, v in distinct.items()} == dict.fromkeys(wanted, 1)
     assert second.returncode == 0
+    # An operator reads JSON logs: every line on stderr is one, Spark's included.
+    logged = (tmp_path / "second.log").read_text().splitlines()
+    assert logged and all(json.loads(line) for line in logged if line.strip())
     summary = json.loads(out.decode().strip().splitlines()[-1])
     assert {
         "batches",

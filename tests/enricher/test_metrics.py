@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -60,27 +61,78 @@ def test_stats_become_metrics_and_summary(tmp_path: Path) -> None:
         "headwater.enricher.dead_letters",
         "headwater.enricher.retries",
         "headwater.enricher.end_to_end.duration",
-        "headwater.enricher.end_to_end.latency",
     } <= names
+    assert not {n for n in names if n.endswith((".latency", ".rate", "per_second"))}, names
     provider.shutdown()
 
 
-def test_prometheus_names_match_what_headwater_lag_reads(tmp_path: Path) -> None:
+def _scrape(listener_stats: list[dict], tmp_path: Path) -> list[str]:
+    """Feed stats entries to a listener one by one; return the Prometheus text after each."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import REGISTRY, generate_latest
+    from prometheus_client import CollectorRegistry, generate_latest
 
-    from headwater.ops.lag import SIGNALS
-
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
     stats = tmp_path / "stats.jsonl"
     listener = EnricherListener(provider.get_meter("t"), str(stats))
-    entry = {"batch_id": 0, "counts": {"bytes": 1000}, "latency_ms": {"ingest_to_read": [1500.0]}}
-    stats.write_text(json.dumps(entry) + "\n")
-    listener.read_stats()
-    text = generate_latest(REGISTRY).decode()
+    texts = []
+    with stats.open("a") as f:
+        for entry in listener_stats:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            listener.read_stats()
+            texts.append(generate_latest(registry).decode())
     provider.shutdown()
-    for metric in SIGNALS.values():
-        assert f"\n{metric}" in text or text.startswith(metric), metric
-    assert re.search(
-        r"^headwater_enricher_producer_to_consumer_latency_seconds\{.*\} 1\.5$", text, re.M
+    return texts
+
+
+def test_scrape_has_counters_and_histograms_with_units_and_no_precomputed_rates(
+    tmp_path: Path,
+) -> None:
+    entry = {
+        "batch_id": 0,
+        "counts": {"bytes": 1000, "event:telemetry": 2, "deadletter:UNKNOWN_FORMAT": 1},
+        "latency_ms": {"ingest_to_read": [1500.0], "read_to_ack": [20.0], "ingest_to_ack": [9.0]},
+    }
+    (text,) = _scrape([entry], tmp_path)
+    types = dict(
+        line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE headwater_")
     )
+    assert types == {
+        "headwater_enricher_records_written_total": "counter",
+        "headwater_enricher_output_bytes_total": "counter",
+        "headwater_enricher_dead_letters_total": "counter",
+        "headwater_enricher_producer_to_consumer_duration_seconds": "histogram",
+        "headwater_enricher_consumer_to_processing_duration_seconds": "histogram",
+        "headwater_enricher_end_to_end_duration_seconds": "histogram",
+    }, types
+    assert re.search(r"^headwater_enricher_output_bytes_total\{.*\} 1000\.0$", text, re.M)
+
+
+def test_headwater_lag_signals_come_from_the_scraped_counter_and_histograms(
+    tmp_path: Path,
+) -> None:
+    from headwater.ops.signals import SIGNALS, parse, signals
+
+    first = {
+        "batch_id": 0,
+        "counts": {"bytes": 1000},
+        "latency_ms": {"ingest_to_read": [1.5e3], "read_to_ack": [30.0]},
+    }
+    second = {"batch_id": 1, "counts": {"bytes": 3000}, "latency_ms": {"ingest_to_read": [0.2e3]}}
+    one, two = _scrape([first, second], tmp_path)
+    for series in SIGNALS.values():  # every series the signals read is exported
+        assert f"\n{series}" in two, series
+    # One scrape: quantiles over everything so far (PromQL's estimate within the bucket
+    # 1 s..2.5 s), and no byte rate yet.
+    alone = signals(parse(one, at=100.0), None)
+    assert alone == {
+        "producer_to_consumer_p99_s": pytest.approx(1 + 1.5 * 0.99),
+        "consumer_to_processing_p99_s": pytest.approx(0.025 + 0.025 * 0.99),
+    }
+    # Two scrapes 2 s apart: the byte rate and the quantile over that interval only.
+    window = signals(parse(two, at=102.0), parse(one, at=100.0))
+    assert window["bytes_out_per_s"] == pytest.approx(3000 / 2)
+    assert window["producer_to_consumer_p99_s"] == pytest.approx(0.1 + 0.15 * 0.99)
+    # No new consumer-to-processing sample in the interval: everything so far.
+    assert window["consumer_to_processing_p99_s"] == alone["consumer_to_processing_p99_s"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.testing import assertDataFrameEqual
 
-from headwater.enricher.decode import decode, decode_record
-from headwater.enricher.normalize import REGISTRY, normalize, normalize_message
+from headwater import record_headers as rh
+from headwater.enricher.decode import decode_record, decode_row, key_columns
+from headwater.enricher.normalize import REGISTRY, normalize_message
+from headwater.topics import split_scoped_key
 from tests.enricher.kafkatools import (
     ACME,
     ALARM,
@@ -115,40 +116,52 @@ def _raw(spark, rows):
 
 
 @pytest.mark.spark
-def test_decode_then_normalize_on_a_batch_frame(spark) -> None:
+def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
     good = Msg("m1", "dev-1", INITECH, b"294.65,0.401,3300", sequence=7)
     unknown = Msg("m2", "dev-2", "text/x-unknown", b"?")
+    other_key = Msg("m4", "dev-4", INITECH, b"294.65,0.401,3300")
+    bad_tenant = [(rh.TENANT, b"t\xff"), (rh.TENANT, b"acme")]  # the last header wins
     rows = [
         (b"dev-1", envelope(good), "in", 0, 0, None, 0, ingest_headers(good, 1000)),
         (b"dev-2", envelope(unknown), "in", 0, 1, None, 0, ingest_headers(unknown, 1000)),
-        (b"dev-3", b"\x0a\xff", "in", 1, 0, None, 0, []),
+        (b"dev-3", b"\x0a\xff", "in", 1, 0, None, 0, [(rh.TENANT, b"t\xff")]),
+        (b"dev-7", b"\x0a\xff", "in", 1, 2, None, 0, []),  # no tenant header at all
+        (b"not-dev-4", envelope(other_key), "in", 1, 1, None, 0, bad_tenant),
+        (b"acme/a/dev-5", b"", "master", 0, 0, None, 0, []),
+        (b"dev-6", b"", "master", 0, 1, None, 0, []),
+        (None, b"", "master", 0, 2, None, 0, []),
     ]
-    out = normalize(decode(_raw(spark, rows), "master"))
-    got = out.select(
-        "src_offset",
-        "device_key",
-        "message_id",
-        "sequence",
-        "received_ms",
-        "event_type",
-        "measurements",
-        "error_stage",
-        "error_reason",
-    )
-    m = [
-        ("temperature", 21.5, "celsius", None),
-        ("humidity", 40.1, "percent", None),
-        ("voltage", 3.3, "volt", None),
+    keyed = key_columns(_raw(spark, rows), "master").collect()
+    # The JVM splits master keys as split_scoped_key does, and decodes text as Python.
+    assert [(r.tenant, r.device_key) for r in keyed] == [
+        ("acme-tenant", "dev-1"),
+        ("acme-tenant", "dev-2"),
+        ("t\ufffd", "dev-3"),
+        ("", "dev-7"),
+        ("acme", "not-dev-4"),
+        split_scoped_key("acme/a/dev-5"),
+        split_scoped_key("dev-6"),
+        ("", ""),
     ]
-    expected = spark.createDataFrame(
-        [
-            (0, "dev-1", "m1", 7, 1000, "telemetry", m, None, None),
-            (1, "dev-2", "m2", 1, 1000, None, None, "normalize", "UNKNOWN_FORMAT"),
-            (0, "dev-3", "", None, 0, None, None, "decode", "ENVELOPE_UNDECODABLE"),
-        ],
-        got.schema,
-    )
-    assertDataFrameEqual(got, expected)
+    got = [decode_row(r, "master") for r in keyed[:3] + keyed[4:5]]
+    assert [(m["src_offset"], m["message_id"], m["sequence"]) for m in got] == [
+        (0, "m1", 7),
+        (1, "m2", 1),
+        (0, "", None),
+        (1, "m4", 1),
+    ]
+    assert got[0]["event_type"] == "telemetry" and got[0]["error_reason"] is None
+    assert [(m["name"], m["unit"]) for m in got[0]["measurements"]] == [
+        ("temperature", "celsius"),
+        ("humidity", "percent"),
+        ("voltage", "volt"),
+    ]
+    assert [(m["error_stage"], m["error_reason"]) for m in got[1:]] == [
+        ("normalize", "UNKNOWN_FORMAT"),
+        ("decode", "ENVELOPE_UNDECODABLE"),
+        ("decode", "ENVELOPE_INVALID"),  # the record key is not the envelope's device id
+    ]
+    assert "not-dev-4" in got[3]["error_message"]
 
 
 def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:

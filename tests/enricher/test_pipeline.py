@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -217,6 +218,35 @@ def test_late_master_data_is_picked_up_by_a_retry(kafka_bootstrap: str, running,
         "Z9",
         event_id(TENANT, "dev-late", "late-1", 0),
     )
+    reader.close()
+
+
+def test_a_resend_after_the_window_is_still_a_duplicate(
+    kafka_bootstrap: str, running, tmp_path
+) -> None:
+    # A 2-second window stands for the hour: the resend comes after the original's id
+    # left the recent tier for the older one (filed by device-time hour, dedupe.py).
+    topics = make_topics(kafka_bootstrap)
+    master(kafka_bootstrap, topics, "dev-1")
+    now = int(time.time() * 1000)
+    original = Msg("once", "dev-1", ACME, acme(20, 50), 1, now)
+    ingest(kafka_bootstrap, topics, [original])
+    cp = str(tmp_path / "cp")
+    q = running(settings_for(kafka_bootstrap, topics, cp, dedup_window_seconds=2.0))
+    reader = TopicReader(kafka_bootstrap, topics.completions)
+    ids = lambda r: [(c.message_id, outcome(c)) for c in completions(r)]  # noqa: E731
+    reader.until(lambda r: ("once", "OUTCOME_ENRICHED") in ids(r), 90, alive(q))
+    time.sleep(3.0)  # past the window and its slack
+    # The device's next batch moves "once" to the older tier.
+    ingest(kafka_bootstrap, topics, [Msg("next", "dev-1", ACME, acme(21, 50), 2, now + 3000)])
+    reader.until(lambda r: ("next", "OUTCOME_ENRICHED") in ids(r), 60, alive(q))
+    ingest(kafka_bootstrap, topics, [original])  # the gateway resends it
+    reader.until(lambda r: len(ids(r)) >= 3, 60, alive(q))
+    assert ids(reader.records) == [
+        ("once", "OUTCOME_ENRICHED"),
+        ("next", "OUTCOME_ENRICHED"),
+        ("once", "OUTCOME_DUPLICATE"),
+    ]
     reader.close()
 
 

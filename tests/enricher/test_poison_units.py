@@ -15,14 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headwater import record_headers as rh
-from headwater.enricher import arrowsafe, route
-from headwater.enricher.decode import decode_record
+from headwater.enricher import route
+from headwater.enricher.decode import decode_record, decode_row
 from headwater.enricher.enrich import build_events
 from headwater.enricher.normalize import normalize_message
 from headwater.enricher.settings import EnricherTopics
-from headwater.enricher.state import _Snapshot
+from headwater.enricher.state import DeviceValue, _failure, _Snapshot
 from headwater.ingest.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.events.v1 import dead_letter_pb2
 from tests.enricher.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers
 
 T = EnricherTopics.with_prefix("u.")
@@ -87,20 +88,15 @@ def test_lone_surrogates_are_an_encode_error_not_an_exception(
     assert (out["error_stage"], out["error_reason"]) == ("encode", "UNENCODABLE_VALUE")
 
 
-def test_a_row_arrow_refuses_becomes_an_error_and_the_others_stay() -> None:
-    schema = pa.schema(
-        [
-            ("device_key", pa.string()),
-            ("error_stage", pa.string()),
-            ("error_reason", pa.string()),
-            ("error_class", pa.string()),
-            ("error_message", pa.string()),
-        ]
-    )
-    rows = [{"device_key": "ok"}, {"device_key": "bad\ud800"}, {"device_key": "ok2"}]
-    got = arrowsafe.record_batch(rows, schema).to_pylist()
-    assert [r["device_key"] for r in got] == ["ok", "bad?", "ok2"]
-    assert [r["error_stage"] for r in got] == [None, "encode", None]
+def test_error_texts_that_quote_bad_input_are_sanitized() -> None:
+    # An exception text may quote a lone surrogate, which protobuf refuses to encode:
+    # the dead letter of that message would then fail the task instead.
+    why = _failure("state", "STATE_FAILED", ValueError("bad key '\ud800'"))
+    why["error_message"].encode("utf-8")  # raises if a surrogate survived
+    msg = _decode(b"\x0a\xff") | {"src_topic": "t", "src_partition": 0, "src_offset": 1}
+    msg |= {"value": b"\x0a\xff", "headers": []}
+    dl = route.dead_letter(T, msg, 1000, **why)
+    assert "bad key" in dead_letter_pb2.DeadLetter.FromString(dl["value"]).error_message
 
 
 def _enriched(names: list[str]) -> dict[str, Any]:
@@ -127,7 +123,7 @@ def test_snapshot_keeps_at_most_the_cap_and_counts_the_rest() -> None:
 
 
 def test_snapshot_tenant_comes_from_the_key_not_the_message() -> None:
-    snap = _Snapshot(("other", 0, 0, 0, 0, "", "{}", 0), "t", "d")
+    snap = _Snapshot((0, 0, 0, 0, "", "{}", 0), "t", "d")
     snap.record(_enriched(["a"]) | {"tenant": "intruder"})
     assert snap.proto(0).tenant == "t"
 
@@ -191,22 +187,18 @@ def test_any_message_ingest_accepts_goes_through_every_step(
     ]
     headers = [h if h["key"] != rh.TENANT else {**h, "value": tenant.encode()} for h in headers]
     value = dm.SerializeToString()
-    row = decode_record(T.ingest[0], dm.device_id.encode(), value, headers, T.master)
-    assert not row["error_reason"], row  # ingest-valid envelopes always decode
-    row |= normalize_message(row["content_type"], row["payload"])
-    row |= {"src_topic": T.ingest[0], "src_partition": 0, "src_offset": 7}
-    row |= {"value": value, "headers": headers}
-    for k in ("alarm_code", "alarm_severity", "alarm_text", "measurements", "event_type"):
-        row.setdefault(k, None)
+    keyed = (tenant, dm.device_id, T.ingest[0], 0, 7, value, headers)
+    row = decode_row(keyed, T.master)  # decode and normalize, as in the keyed state
+    assert row["error_stage"] != "decode", row  # ingest-valid envelopes always decode
     if row.get("error_reason"):
         route.dead_letter(T, row, 1000)
         return
     evs = build_events(row, {"site": "s", "area_code": "a"})
     records = [*route.events(T, row, evs), route.completion(T, row, 1, 1000)]
-    snap = _Snapshot(None, row["tenant"], row["device_key"])
-    snap.record(row)
-    records.append(route.device_state(T, snap.proto(1000)))
-    _Snapshot(snap.value(), row["tenant"], row["device_key"])  # the state value reads back
+    dev = DeviceValue.of(None, row["tenant"], row["device_key"], 100)
+    dev.snapshot.record(row)
+    records.append(route.device_state(T, dev.snapshot.proto(1000)))
+    DeviceValue.of(dev.value(), row["tenant"], row["device_key"], 100)  # reads back
     names = ["topic", "key", "value", "role", "label", "ref", "event_id"]
     schema = pa.schema([(n, pa.binary() if n in ("key", "value") else pa.string()) for n in names])
     pa.RecordBatch.from_pylist([{n: r[n] for n in names} for r in records], schema=schema)

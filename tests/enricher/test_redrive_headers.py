@@ -7,16 +7,20 @@ from headwater.enricher.dedupe import dedup_key
 from headwater.enricher.route import redrive_history
 
 
+def key(headers: list) -> str:
+    return dedup_key({"message_id": "m1", "headers": headers})
+
+
 def test_a_redrive_is_checked_under_its_own_key_and_repeats_of_it_are_not():
     plain = [(rh.MESSAGE_ID, b"m1")]
     first = [*plain, (rh.REDRIVE_COUNT, b"1")]
     second = [*plain, (rh.REDRIVE_COUNT, b"2")]
-    assert dedup_key("m1", plain) == "m1"
-    assert dedup_key("m1", first) != dedup_key("m1", plain)
-    assert dedup_key("m1", second) != dedup_key("m1", first)
-    assert dedup_key("m1", list(first)) == dedup_key("m1", first)
+    assert key(plain) == "m1"
+    assert key(first) != key(plain)
+    assert key(second) != key(first)
+    assert key(list(first)) == key(first)
     # Spark hands headers over as rows with key/value.
-    assert dedup_key("m1", [{"key": k, "value": v} for k, v in first]) == dedup_key("m1", first)
+    assert key([{"key": k, "value": v} for k, v in first]) == key(first)
 
 
 def test_history_keeps_every_redrive_oldest_first():

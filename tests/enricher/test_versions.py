@@ -28,7 +28,8 @@ def pom_property(pom: str, name: str) -> str:
 
 
 def pyspark_pin() -> str:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["optional-dependencies"]["enricher"]
     (pin,) = [d for d in deps if d.startswith("pyspark")]
     match = re.fullmatch(r"pyspark==(\S+)", pin)
     assert match, f"pyspark must be pinned exactly (the connector matches it): {pin!r}"

@@ -58,3 +58,100 @@ def runbook_anchors(doc: Path) -> set[str]:
             title = line.lstrip("#").strip().lower()
             anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
     return anchors
+
+
+#: Functions whose argument must be a counter (or a histogram's _bucket/_sum/_count).
+_RATE = re.compile(r"\b(?:rate|irate|increase)\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\{")
+#: histogram_quantile() and the first series selected inside it.
+_QUANTILE = re.compile(r"histogram_quantile\([^{]*?([A-Za-z_:][A-Za-z0-9_:]*)\{")
+
+
+def rated_series(expr: str) -> set[str]:
+    """Return the series an expression takes rate(), irate() or increase() of."""
+    return set(_RATE.findall(expr))
+
+
+def quantile_series(expr: str) -> set[str]:
+    """Return the series histogram_quantile() reads in an expression."""
+    return set(_QUANTILE.findall(expr))
+
+
+def exported_types(scrape: str) -> dict[str, str]:
+    """Return {sample name: family type} of a Prometheus text exposition.
+
+    A histogram's samples (``_bucket``, ``_sum``, ``_count``) map to ``histogram``.
+    """
+    families: dict[str, str] = {}
+    for line in scrape.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()[:4]
+            families[name] = kind
+    types: dict[str, str] = {}
+    for name in exported_names(scrape):
+        for suffix in ("", "_bucket", "_sum", "_count"):
+            family = name.removesuffix(suffix) if suffix else name
+            if family in families and (not suffix or name.endswith(suffix)):
+                types[name] = families[family]
+                break
+    return types
+
+
+def scrape_of_the_services() -> str:
+    """Return a Prometheus scrape of the ingest and enricher instruments, each recorded once.
+
+    The real metric classes on the real exporter (a private registry), so the names and
+    types are exactly what the services export; the dev stack's scrape checks the same
+    against running processes (tests/devstack/test_devstack_pipeline.py).
+    """
+    import tempfile
+    from types import SimpleNamespace
+
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from headwater.enricher.metrics import EnricherListener
+    from headwater.ingest.metrics import IngestMetrics
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    ingest = IngestMetrics(provider.get_meter("headwater.ingest"))
+    call = {"endpoint": "telemetry", "method": "publish", "code": "OK"}
+    ingest.requests.add(1, call)
+    ingest.messages.add(1, {"endpoint": "telemetry", "code": "OK"})
+    ingest.received_bytes.add(10, {"endpoint": "telemetry", "code": "OK"})
+    ingest.request_duration.record(0.01, call)
+    ingest.produce_duration.record(0.01, {"topic": "ingest.telemetry.v1"})
+    limit = {"endpoint": "telemetry", "method": "publish", "gateway": "gw", "limit": "bytes"}
+    ingest.refused_calls.add(1, limit)
+    ingest.refused_bytes.add(10, limit)
+    ingest.rpc_call("headwater.ingest.v1.IngestService", "PublishTelemetry", "OK", 0.01)
+    ingest.observe_inflight(lambda: (10, 1))
+    ingest.observe_admission(lambda: 1, lambda: {"gw": 10})
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = f"{tmp}/stats.jsonl"
+        with open(stats, "w", encoding="utf-8") as f:
+            entry = {
+                "counts": {
+                    "bytes": 100,
+                    "event:telemetry": 1,
+                    "deadletter:UNKNOWN_FORMAT": 1,
+                    "retry:MASTER_DATA_MISSING": 1,
+                },
+                "latency_ms": {
+                    "ingest_to_read": [1.0],
+                    "read_to_ack": [1.0],
+                    "ingest_to_ack": [2.0],
+                },
+            }
+            f.write(json.dumps(entry) + "\n")
+        listener = EnricherListener(provider.get_meter("headwater.enricher"), stats)
+        source = SimpleNamespace(
+            endOffset=json.dumps({"ingest.telemetry.v1": {"0": 1}}),
+            latestOffset=json.dumps({"ingest.telemetry.v1": {"0": 2}}),
+        )
+        progress = SimpleNamespace(numInputRows=1, batchDuration=100, sources=[source])
+        listener.onQueryProgress(SimpleNamespace(progress=progress))
+    text: str = generate_latest(registry).decode()
+    provider.shutdown()
+    return text

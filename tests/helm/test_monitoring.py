@@ -1,7 +1,7 @@
 """The dashboard and the alerts the chart ships: well formed, complete, each alert with a runbook.
 
-That every metric they use is really exported is checked against a scrape of the running
-dev stack (tests/devstack/test_devstack_pipeline.py).
+Every series they use is checked against a scrape of the services' real instruments here,
+and against a scrape of the running dev stack (tests/devstack/test_devstack_pipeline.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,19 @@ import json
 from pathlib import Path
 
 from .conftest import VALUES_SETS, render
-from .monitoring import dashboard, metric_names, metrics_used, rules, runbook_anchors
+from .monitoring import (
+    dashboard,
+    exported_names,
+    exported_types,
+    expressions,
+    metric_names,
+    metrics_used,
+    quantile_series,
+    rated_series,
+    rules,
+    runbook_anchors,
+    scrape_of_the_services,
+)
 
 OPERATIONS = Path(__file__).parents[2] / "docs" / "operations.md"
 
@@ -47,6 +59,10 @@ def test_dashboard_shows_what_operators_look_for():
         "headwater_enricher_dead_letters_total",
         "headwater_enricher_retries_total",
         "headwater_enricher_batch_duration_seconds",
+        "headwater_enricher_producer_to_consumer_duration_seconds",  # consumer signals
+        "headwater_enricher_consumer_to_processing_duration_seconds",
+        "headwater_enricher_output_bytes_total",
+        "headwater_enricher_input_records_total",
     }
     assert wanted <= used, wanted - used
 
@@ -69,9 +85,35 @@ def test_the_alerts_the_issue_names_exist_and_link_to_a_runbook_section():
 
 
 def test_every_metric_is_a_headwater_metric():
-    # The services export these; kube-state-metrics and friends are not assumed.
+    # The services export these (Headwater's own and the OpenTelemetry RPC convention's);
+    # kube-state-metrics and friends are not assumed.
     assert metrics_used()
-    assert all(m.startswith("headwater_") for m in metrics_used()), metrics_used()
+    assert all(m.startswith(("headwater_", "rpc_server_")) for m in metrics_used()), metrics_used()
+
+
+def test_every_series_in_the_dashboard_and_alerts_is_in_a_scrape_of_the_services():
+    scrape = scrape_of_the_services()
+    missing = metrics_used() - exported_names(scrape)
+    assert not missing, f"the dashboard or alerts use series nobody exports: {missing}"
+
+
+def test_rates_and_quantiles_are_computed_by_promql_from_counters_and_histograms():
+    types = exported_types(scrape_of_the_services())
+    # No precomputed rate or quantile is exported at all.
+    for name, kind in types.items():
+        if kind == "gauge":
+            assert not any(w in name for w in ("per_second", "_rate", "p99", "latency")), name
+        if kind == "counter":
+            assert name.endswith("_total"), name
+    assert any(quantile_series(e) for e in expressions())  # the patterns do match
+    for expr in expressions():
+        for name in rated_series(expr):
+            assert types.get(name) in {"counter", "histogram"}, (name, expr)
+        for name in quantile_series(expr):
+            assert name.endswith("_bucket") and types.get(name) == "histogram", (name, expr)
+        for name in metric_names(expr) - rated_series(expr):
+            # Read as it is only when it is a gauge (something held now, like the lag).
+            assert types.get(name) == "gauge", (name, expr)
 
 
 def test_thresholds_come_from_values():

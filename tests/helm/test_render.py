@@ -177,17 +177,36 @@ def test_ingest_configuration_and_mounts(rendered):
     # A directory mount: subPath mounts never see Secret updates, and tokens reload live.
     assert "subPath" not in mounts["/etc/headwater/gateways"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 50051, "metrics": 9464}
+    probes = [container[f"{k}Probe"] for k in ("startup", "readiness", "liveness")]
     if "HEADWATER_INGEST_TLS_CERT_FILE" in config:
         assert "/etc/headwater/tls" in mounts
         assert config["HEADWATER_INGEST_TLS_CERT_FILE"].startswith("/etc/headwater/tls/")
-        # The kubelet's gRPC probe has no TLS: with TLS the chart probes the port.
-        assert container["readinessProbe"]["tcpSocket"]["port"] == "grpc"
+        # The kubelet's gRPC probe has no TLS: with TLS it calls the plaintext health port,
+        # which answers NOT_SERVING (a tcpSocket probe would not see it).
+        assert config["HEADWATER_INGEST_HEALTH_PORT"] == "8086"
+        assert ports == {"grpc": 50051, "metrics": 9464, "health": 8086}
+        assert [p.get("grpc") for p in probes] == [{"port": 8086}] * 3
     else:
-        assert container["readinessProbe"]["grpc"]["port"] == 50051
-        assert container["livenessProbe"]["grpc"]["port"] == 50051
+        assert "HEADWATER_INGEST_HEALTH_PORT" not in config
+        assert ports == {"grpc": 50051, "metrics": 9464}
+        assert [p.get("grpc") for p in probes] == [{"port": 50051}] * 3
+    assert not any("tcpSocket" in p for p in probes)
     if name == "production":
         assert config["HEADWATER_INGEST_TLS_CLIENT_CA_FILE"] == "/etc/headwater/tls/ca.crt"
+
+
+def test_tls_probes_use_the_health_port_that_values_name():
+    values = {"ingest": {"tls": {"secretName": "ingest-tls", "healthPort": 9999}}}
+    objects = render(values)
+    config = one(objects, "ConfigMap", f"{RELEASE}-headwater-ingest")["data"]
+    container = pod_spec(one(objects, "Deployment"))["containers"][0]
+    assert config["HEADWATER_INGEST_HEALTH_PORT"] == "9999"
+    assert {"name": "health", "containerPort": 9999, "protocol": "TCP"} in container["ports"]
+    assert container["readinessProbe"]["grpc"] == {"port": 9999}
+    assert container["livenessProbe"]["grpc"] == {"port": 9999}
+    # The health port is for the kubelet only: the Service exposes gRPC and metrics.
+    for service in by_kind(objects, "Service"):
+        assert "health" not in {p["name"] for p in service["spec"]["ports"]}
 
 
 def test_ingest_service_speaks_grpc(rendered):

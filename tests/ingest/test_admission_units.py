@@ -11,6 +11,7 @@ from headwater.ingest.admission import (
     Admission,
     ProduceTimeEstimate,
     producer_queue_limits,
+    transport_options,
 )
 from headwater.ingest.auth import ANONYMOUS, Gateway, TokensFileError, parse_tokens
 from headwater.ingest.errors import OverloadedError
@@ -103,6 +104,49 @@ def test_process_bound_books_nothing_when_it_refuses():
     admission.admit(GW, 1000).release()
 
 
+def test_room_is_checked_before_the_body_from_the_usual_request_size():
+    admission = Admission(
+        IngestSettings(
+            max_inflight_bytes=1000,
+            gateway_rate_bytes_per_second=0,
+            gateway_max_inflight_bytes=0,
+        )
+    )
+    admission.check_room(GW)  # nothing seen yet: only a full process refuses
+    for _ in range(60):  # requests of 300 bytes teach the estimate
+        admission.admit(GW, 300).release()
+    assert admission.typical_request == pytest.approx(300, rel=0.01)
+    held = admission.admit(GW, 600)
+    admission.check_room(GW)  # 600 + 300 fits
+    admission.reading = 1  # another body of ~300 is being read
+    with pytest.raises(OverloadedError) as err:
+        admission.check_room(GW)
+    assert (err.value.limit, err.value.subject) == ("max_inflight_bytes", "ingest-process")
+    assert admission.in_use == 600, "the check booked bytes"
+    admission.reading = 0
+    held.release()
+
+
+def test_the_gateway_share_is_checked_before_the_body_too():
+    admission = Admission(
+        IngestSettings(max_inflight_bytes=10_000, gateway_max_inflight_bytes=1000)
+    )
+    held = admission.admit(GW, 900)  # typical request now ~90 B: 900 + 90 fits
+    admission.check_room(GW)
+    other = admission.admit(GW, 100)
+    with pytest.raises(OverloadedError) as err:
+        admission.check_room(GW)
+    assert (err.value.limit, err.value.subject) == ("gateway_max_inflight_bytes", "gateway:gw-1")
+    held.release()
+    other.release()
+
+
+def test_pending_calls_bound_reaches_grpc_core():
+    options = dict(transport_options(IngestSettings(max_pending_calls=5)))
+    assert options["grpc.server.max_pending_requests"] == 5
+    assert options["grpc.server.max_pending_requests_hard_limit"] == 10
+
+
 def test_slots_refuse_beyond_their_limit_and_are_counted_apart():
     admission = Admission(IngestSettings(max_concurrent_rpcs=1, max_streams=1))
     admission.enter_rpc()
@@ -159,8 +203,10 @@ def test_new_settings_are_read_from_the_environment():
             "HEADWATER_INGEST_MIN_DEADLINE_MS": "20",
             "HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND": "0",
             "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES": "1048576",
+            "HEADWATER_INGEST_MAX_PENDING_CALLS": "9",
         }
     )
+    assert s.max_pending_calls == 9
     assert (s.max_streams, s.stream_frame_timeout_seconds, s.min_deadline_ms) == (7, 3.5, 20)
     assert (s.gateway_rate_bytes_per_second, s.gateway_max_inflight_bytes) == (0, 1048576)
 
@@ -169,6 +215,7 @@ def test_new_settings_are_read_from_the_environment():
     ("env", "message"),
     [
         ({"HEADWATER_INGEST_MAX_STREAMS": "0"}, "must be at least 1"),
+        ({"HEADWATER_INGEST_MAX_PENDING_CALLS": "0"}, "must be at least 1"),
         ({"HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND": "-1"}, "must be at least 0"),
         ({"HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES": str(2**30)}, "share cannot be larger"),
         ({"HEADWATER_INGEST_STREAM_FRAME_TIMEOUT_SECONDS": "soon"}, "is not a number"),

@@ -163,6 +163,7 @@ def test_status_command_exit_code_gates_a_rollout(kubeconfig, state, code):
             "hw",
             "--release",
             "hw",
+            "--no-lag",
             "--json",
         ],
         capture_output=True,
@@ -177,3 +178,45 @@ def test_status_command_exit_code_gates_a_rollout(kubeconfig, state, code):
         "pod/hw-headwater-ingest-abc",
         "sparkapplication/hw-headwater-enricher",
     }
+
+
+def _status(kubeconfig, *args: str) -> tuple[int, dict[str, dict]]:
+    command = [sys.executable, "-m", "headwater.cli", "status", "--namespace", "hw"]
+    result = subprocess.run(
+        [*command, "--release", "hw", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+    )
+    checks = {c["component"]: c for c in map(json.loads, result.stdout.splitlines())}
+    return result.returncode, checks
+
+
+def test_status_checks_the_enricher_lag_per_partition(kubeconfig, kafka_bootstrap, topic_factory):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    FakeKubernetesApi.spark_state = "RUNNING"
+    topic = topic_factory("progress", partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"x", partition=i % 2)
+    assert producer.flush(10) == 0
+    group = f"enricher-{topic}"
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    consumer.commit(
+        offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 1)], asynchronous=False
+    )
+    consumer.close()
+    base = ("--bootstrap-servers", kafka_bootstrap, "--group", group)
+    code, checks = _status(kubeconfig, *base)
+    assert code == 0, checks
+    assert checks[f"lag/{topic}[0]"]["ok"] and "lag 0" in checks[f"lag/{topic}[0]"]["detail"]
+    assert "lag 4" in checks[f"lag/{topic}[1]"]["detail"]
+    assert checks["lag"]["detail"].startswith("max offset lag 4")
+    code, checks = _status(kubeconfig, *base, "--lag-threshold", "3")
+    assert code == 1
+    assert [c for c, v in checks.items() if not v["ok"]] == [f"lag/{topic}[1]", "lag"]
+    # A group that committed nothing is worth a look, and says where else to look.
+    code, checks = _status(kubeconfig, "--bootstrap-servers", kafka_bootstrap, "--group", "none")
+    assert code == 1 and "--checkpoint" in checks["lag"]["detail"]

@@ -105,6 +105,14 @@ async def test_duplicates_once_poison_parked_and_the_rest_handled(
     assert _sample(text, "headwater_subscriber_retries_total", 'error_class="RuntimeError"') == 2
     assert _sample(text, "headwater_subscriber_consumer_lag_records", 'partition="0"') == 0
     assert _sample(text, "headwater_subscriber_handler_duration_seconds_count", "") == 10
+    # Counters and histograms with units in their names; the lag is the only gauge.
+    for family, kind in (
+        ("headwater_subscriber_records_total", "counter"),
+        ("headwater_subscriber_retries_total", "counter"),
+        ("headwater_subscriber_handler_duration_seconds", "histogram"),
+        ("headwater_subscriber_consumer_lag_records", "gauge"),
+    ):
+        assert f"# TYPE {family} {kind}\n" in text, family
 
 
 async def test_a_message_is_recognised_by_tenant_device_and_id_not_by_source_offset(

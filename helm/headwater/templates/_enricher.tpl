@@ -6,7 +6,7 @@ labels:
 envFrom:
   - configMapRef:
       name: {{ include "headwater.enricher.fullname" . }}
-{{- $env := include "headwater.kafka.secretEnv" . | fromYamlArray | concat $e.extraEnv }}
+{{- $env := include "headwater.kafka.secretEnv" . | fromYamlArray | concat $e.extraEnv | concat (include "headwater.downwardEnv" . | fromYamlArray) }}
 {{- with $env }}
 env:
   {{- toYaml . | nindent 2 }}
@@ -15,7 +15,7 @@ podSecurityContext:
   {{- toYaml $e.podSecurityContext | nindent 2 }}
 securityContext:
   {{- toYaml $e.securityContext | nindent 2 }}
-{{- if or $e.checkpointVolume.enabled .Values.kafka.tls.caSecret }}
+{{- if or $e.checkpointVolume.enabled (include "headwater.kafka.hasFiles" .) }}
 volumeMounts:
   {{- if $e.checkpointVolume.enabled }}
   - {name: checkpoint, mountPath: /checkpoint}

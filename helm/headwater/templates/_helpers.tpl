@@ -108,14 +108,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-Kafka connection settings that are not plain configuration: the broker CA file and the SASL
-password, which live in Secrets. Rendered as an EnvVar list for every Kafka client.
+Kafka connection settings that are not plain configuration: the broker CA file, the client
+certificate and key (mTLS) and the SASL password, which live in Secrets. Rendered as an EnvVar list for every Kafka client.
 */}}
 {{- define "headwater.kafka.secretEnv" -}}
 {{- $env := list -}}
 {{- with .Values.kafka.tls.caSecret -}}
 {{- $file := printf "/etc/headwater/kafka-ca/%s" $.Values.kafka.tls.caKey -}}
-{{- $env = append $env (dict "name" "HEADWATER_KAFKA_SSL_CAFILE" "value" $file) -}}
+{{- $env = append $env (dict "name" "HEADWATER_KAFKA_SSL_CA_LOCATION" "value" $file) -}}
+{{- end -}}
+{{- with .Values.kafka.tls.clientSecret -}}
+{{- $dir := "/etc/headwater/kafka-client" -}}
+{{- $env = append $env (dict "name" "HEADWATER_KAFKA_SSL_CERTIFICATE_LOCATION" "value" (printf "%s/%s" $dir $.Values.kafka.tls.clientCertKey)) -}}
+{{- $env = append $env (dict "name" "HEADWATER_KAFKA_SSL_KEY_LOCATION" "value" (printf "%s/%s" $dir $.Values.kafka.tls.clientKeyKey)) -}}
 {{- end -}}
 {{- with .Values.kafka.sasl.passwordSecret -}}
 {{- $ref := dict "secretKeyRef" (dict "name" . "key" $.Values.kafka.sasl.passwordKey) -}}
@@ -134,18 +139,32 @@ HEADWATER_KAFKA_SASL_USERNAME: {{ $.Values.kafka.sasl.username | quote }}
 {{- end }}
 {{- end -}}
 
-{{/* Volume and mount of the Kafka broker CA, when one is configured. */}}
-{{- define "headwater.kafka.caVolume" -}}
-{{- with .Values.kafka.tls.caSecret -}}
-- name: kafka-ca
-  secret: {secretName: {{ . }}}
+{{/* "true" when Kafka clients need files from Secrets (the CA, a client certificate). */}}
+{{- define "headwater.kafka.hasFiles" -}}
+{{- if or .Values.kafka.tls.caSecret .Values.kafka.tls.clientSecret }}true{{ end -}}
 {{- end -}}
+
+{{/* Volumes and mounts of the Kafka broker CA and the client certificate, when configured. */}}
+{{- define "headwater.kafka.caVolume" -}}
+{{- $volumes := list -}}
+{{- with .Values.kafka.tls.caSecret -}}
+{{- $volumes = append $volumes (dict "name" "kafka-ca" "secret" (dict "secretName" .)) -}}
+{{- end -}}
+{{- with .Values.kafka.tls.clientSecret -}}
+{{- $volumes = append $volumes (dict "name" "kafka-client" "secret" (dict "secretName" .)) -}}
+{{- end -}}
+{{- if $volumes }}{{ toYaml $volumes }}{{ end -}}
 {{- end -}}
 
 {{- define "headwater.kafka.caVolumeMount" -}}
+{{- $mounts := list -}}
 {{- if .Values.kafka.tls.caSecret -}}
-- {name: kafka-ca, mountPath: /etc/headwater/kafka-ca, readOnly: true}
+{{- $mounts = append $mounts (dict "name" "kafka-ca" "mountPath" "/etc/headwater/kafka-ca" "readOnly" true) -}}
 {{- end -}}
+{{- if .Values.kafka.tls.clientSecret -}}
+{{- $mounts = append $mounts (dict "name" "kafka-client" "mountPath" "/etc/headwater/kafka-client" "readOnly" true) -}}
+{{- end -}}
+{{- if $mounts }}{{ toYaml $mounts }}{{ end -}}
 {{- end -}}
 
 {{/* Refuse combinations that would install but never work. */}}
@@ -158,6 +177,9 @@ HEADWATER_KAFKA_SASL_USERNAME: {{ $.Values.kafka.sasl.username | quote }}
 {{- end -}}
 {{- if and .Values.kafka.sasl.mechanism (not .Values.kafka.sasl.passwordSecret) -}}
 {{- fail "kafka.sasl.mechanism needs kafka.sasl.passwordSecret" -}}
+{{- end -}}
+{{- if and .Values.kafka.tls.clientSecret (not (has .Values.kafka.securityProtocol (list "SSL" "SASL_SSL"))) -}}
+{{- fail "kafka.tls.clientSecret (mTLS) needs kafka.securityProtocol SSL or SASL_SSL" -}}
 {{- end -}}
 {{- if and .Values.kafka.sasl.mechanism (not (hasPrefix "SASL_" .Values.kafka.securityProtocol)) -}}
 {{- fail "kafka.sasl.mechanism needs kafka.securityProtocol SASL_PLAINTEXT or SASL_SSL" -}}

@@ -139,13 +139,17 @@ def print_report(report: dict[str, Any]) -> None:
         print()
         print(
             f"overload: capacity {o['capacity_msgs_per_s']:,} msgs/s (batch calls of "
-            f"{report['options']['batch_size']} x {o['payload']} B, measured in this run)"
+            f"{report['options']['batch_size']} x {o['payload']} B, {o['capacity_callers']} "
+            f"closed-loop callers, measured in this run); server CPU "
+            f"{o['server_cpu_ms_per_ok_call']} ms per call at capacity"
         )
         for w in o["windows"]:
             print(
                 f"  {w['factor']:g}x: offered {w['offered_msgs_per_s']:,} msgs/s open loop for "
-                f"{o['seconds']:g} s; answers {w['codes']}, not sent (client cap) "
-                f"{w['not_sent']}; goodput {w['goodput_msgs_per_s']:,} msgs/s "
+                f"{o['seconds']:g} s from {w['load_processes']} processes; answers "
+                f"{w['codes']}, not sent (client cap) {w['not_sent']}, client at most "
+                f"{w['client_most_behind_s']} s behind its clock; goodput "
+                f"{w['goodput_msgs_per_s']:,} msgs/s "
                 f"({w['goodput_vs_capacity']:.0%} of capacity), OK p99 {w['ok_p99_ms']} ms"
             )
             print(
@@ -153,7 +157,9 @@ def print_report(report: dict[str, Any]) -> None:
                 f"{w['rss_before_mb'] + w['rss_growth_mb']:.1f} MB (growth "
                 f"{w['rss_growth_mb']} MB), {w['rss_end_of_window_mb']} MB at its end, "
                 f"{w['rss_after_drain_mb']} MB after the last answer; OK again "
-                f"{w['answers_ok_after_s']} s after the load stopped"
+                f"{w['answers_ok_after_s']} s after the load stopped; server CPU "
+                f"{w['server_cpu_share']} cores, ~{w['server_cpu_ms_per_refusal']} ms per "
+                "refusal it answered itself"
             )
             print("      RSS series (s, MB):", w["rss_series_mb"])
         nb = o["neighbour"]

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,13 @@ NEIGHBOUR_QUOTA_OF_CAPACITY = 0.1
 POLITE_SHARE_OF_QUOTA = 0.5
 NOISY_FACTOR = 10.0
 NEIGHBOUR_SECONDS = 20.0
+#: Closed-loop callers that measure capacity: enough to keep the server busy (4 left it
+#: waiting between calls: the 2x window then ran at 157% of the "capacity").
+CAPACITY_CALLERS = 16
+#: Load-generator processes of an overload window (each its own connection and GIL).
+OVERLOAD_WORKERS = 2
+#: The probe after a window: how often it asks until the first OK.
+PROBE_EVERY_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -132,11 +140,14 @@ class _Run:
         ingest: grpc.aio.Channel,
         echo: grpc.aio.Channel,
         tokens_path: Path | None = None,
+        target: str = "",
     ) -> None:
         self.opts, self.bootstrap, self.pid = opts, bootstrap, pid
         self.ingest, self.echo = ingest, echo
         #: The server's tokens file (the noisy-neighbour gateways); re-read on change.
         self.tokens_path = tokens_path
+        #: The ingest server's address, for load-generator processes.
+        self.target = target
 
     def deadline(self) -> float:
         """When a scenario started now must stop."""
@@ -256,59 +267,82 @@ class _Run:
             b"".join(length_field(1, v) for _, v, _ in records[i : i + n])
             for i in range(0, len(records), n)
         ]
+        cpu_before = server_proc.cpu_seconds(self.pid)
         cal = await loadgen.unary_load(
             self.ingest,
             loadgen.PUBLISH,
             batches * 50,
             n,
-            o.batch_callers,
+            max(o.batch_callers, CAPACITY_CALLERS),
             time.perf_counter() + min(5.0, o.duration_s),
             loadgen.failed_in,
         )
         capacity = cal.messages / cal.seconds
+        # The server's CPU per answered call at capacity: with the CPU per refusal from
+        # the windows, it says what shedding costs against serving on this machine.
+        cpu_per_call_ms = (server_proc.cpu_seconds(self.pid) - cpu_before) / (cal.messages / n)
         windows = []
         for factor in OVERLOAD_FACTORS:
-            windows.append(await self._overload_window(batches, capacity, factor))
+            windows.append(
+                await self._overload_window(batches, capacity, factor, cpu_per_call_ms * 1000)
+            )
         neighbour = await self._noisy_neighbour(batches[0], capacity)
         return {
             "payload": size,
             "seconds": o.overload_seconds,
             "capacity_msgs_per_s": round(capacity),
+            "capacity_callers": max(o.batch_callers, CAPACITY_CALLERS),
+            "server_cpu_ms_per_ok_call": round(cpu_per_call_ms * 1000, 2),
             "windows": windows,
             "neighbour": neighbour,
         }
 
     async def _overload_window(
-        self, batches: list[bytes], capacity: float, factor: float
+        self, batches: list[bytes], capacity: float, factor: float, ok_call_cpu_ms: float
     ) -> dict[str, Any]:
-        """Offer ``factor`` x capacity (open loop, anonymous) for overload_seconds."""
+        """Offer ``factor`` x capacity (open loop, anonymous) for overload_seconds.
+
+        ``ok_call_cpu_ms`` is the server's CPU per answered call at capacity: the window's
+        CPU beyond its OK calls' share is what its refusals cost.
+        """
         o, n = self.opts, self.opts.batch_size
         await _wait_ready(self.ingest, batches[2], within_s=30)
         await asyncio.sleep(2.0)  # let the previous window's memory settle
         before = server_proc.status_mb(self.pid, "VmRSS")
         server_proc.reset_peak(self.pid)
         offered_calls_per_s = factor * capacity / n
-        out = await loadgen.open_loop(
-            self.ingest,
+        share = loadgen.OpenLoopSpec(
             batches[0],
-            offered_calls_per_s,
+            offered_calls_per_s / OVERLOAD_WORKERS,
             o.overload_seconds,
-            sample=lambda: server_proc.status_mb(self.pid, "VmRSS"),
+            max_outstanding=2048 // OVERLOAD_WORKERS,
         )
-        # "OK again": from the end of the load (the window, not the drain of the last
-        # answers) to the first OK call.
-        ended = time.perf_counter() - out["drain_s"]
-        await _wait_ready(self.ingest, batches[1], within_s=10)
-        ok_after = time.perf_counter() - ended
+        cpu_before = server_proc.cpu_seconds(self.pid)
+        outs, series, ok_after = await self._drive(
+            [[share] for _ in range(OVERLOAD_WORKERS)], probe=batches[1]
+        )
+        cpu_s = server_proc.cpu_seconds(self.pid) - cpu_before
         after_drain = server_proc.status_mb(self.pid, "VmRSS")
-        series = out["rss_series_mb"]
         end = series[-1][1]  # at the end of the window, load still on
-        codes = out.pop("codes")
-        latencies = out.pop("ok_latencies_s")
+        codes = _merge(out["codes"] for out in outs)
+        latencies = [x for out in outs for x in out["ok_latencies_s"]]
         refused = sum(v for k, v in codes.items() if k != "OK")
+        window_s = max(out["window_s"] for out in outs)
+        # Refused calls the server's own code answered (gRPC's core refuses the rest
+        # without running Python: CANCELLED at the client).
+        python_refused = refused - codes.get("CANCELLED", 0)
+        refusal_cpu_ms: float | None = None
+        if python_refused:
+            refusal_cpu_ms = (cpu_s - codes.get("OK", 0) * ok_call_cpu_ms / 1000) * 1000
+            refusal_cpu_ms /= python_refused
+            if refusal_cpu_ms <= 0:
+                # OK calls cost more here than at capacity (a shared machine, CPU steal):
+                # the split cannot be read from this window.
+                refusal_cpu_ms = None
         return {
             "factor": factor,
             "offered_msgs_per_s": round(offered_calls_per_s * n),
+            "load_processes": OVERLOAD_WORKERS,
             "rss_before_mb": before,
             "rss_end_of_window_mb": end,
             "rss_growth_mb": round(max(mb for _, mb in series) - before, 1),
@@ -318,12 +352,83 @@ class _Run:
             "refused_exhausted_share": round(codes.get("RESOURCE_EXHAUSTED", 0) / refused, 3)
             if refused
             else 1.0,
-            "goodput_msgs_per_s": round(codes.get("OK", 0) * n / out["window_s"]),
-            "goodput_vs_capacity": round(codes.get("OK", 0) * n / out["window_s"] / capacity, 3),
+            "goodput_msgs_per_s": round(codes.get("OK", 0) * n / window_s),
+            "goodput_vs_capacity": round(codes.get("OK", 0) * n / window_s / capacity, 3),
             "ok_p99_ms": loadgen.percentile_ms(latencies, 0.99),
-            "answers_ok_after_s": round(ok_after, 2),
-            **out,
+            "answers_ok_after_s": ok_after,
+            "server_cpu_s": round(cpu_s, 1),
+            "server_cpu_share": round(cpu_s / window_s, 2),
+            "server_cpu_ms_per_refusal": None
+            if refusal_cpu_ms is None
+            else round(refusal_cpu_ms, 2),
+            "offered_calls": sum(out["offered_calls"] for out in outs),
+            "window_s": window_s,
+            "not_sent": sum(out["not_sent"] for out in outs),
+            "client_most_behind_s": max(out["client_most_behind_s"] for out in outs),
+            "rss_series_mb": series,
+            "drain_s": max(out["drain_s"] for out in outs),
         }
+
+    async def _drive(
+        self, workers: list[list[loadgen.OpenLoopSpec]], probe: bytes | None = None
+    ) -> tuple[list[dict[str, Any]], list[tuple[float, float]], float | None]:
+        """Run load-generator processes for one window; sample the server's RSS meanwhile.
+
+        Returns every spec's result (in order), the RSS series (seconds, MB; once a second
+        and at the end of the window) and, with ``probe``, the seconds from the end of the
+        offered load to the first OK answer of a probe call sent from this process while
+        the generators still wait for their last answers.
+        """
+        ctx = multiprocessing.get_context("spawn")
+        loop = asyncio.get_running_loop()
+        pipes, procs = [], []
+        for specs in workers:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=loadgen.open_loop_worker, args=(child, self.target, specs), daemon=True
+            )
+            proc.start()
+            pipes.append(parent)
+            procs.append(proc)
+
+        async def receive(conn: Connection, kind: str) -> Any:
+            what, value = await loop.run_in_executor(None, conn.recv)
+            assert what == kind, (what, kind)
+            return value
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(receive(c, "ready") for c in pipes)), 60)
+            for conn in pipes:
+                conn.send("go")
+            started = time.perf_counter()
+            ended = [asyncio.ensure_future(receive(c, "ended")) for c in pipes]
+            series: list[tuple[float, float]] = []
+            while True:
+                series.append(
+                    (
+                        round(time.perf_counter() - started, 1),
+                        server_proc.status_mb(self.pid, "VmRSS"),
+                    )
+                )
+                await asyncio.wait(ended, timeout=1.0, return_when=asyncio.ALL_COMPLETED)
+                if all(f.done() for f in ended):
+                    break
+            series.append(
+                (round(time.perf_counter() - started, 1), server_proc.status_mb(self.pid, "VmRSS"))
+            )
+            load_ended = max(f.result() for f in ended)
+            ok_after = None
+            if probe is not None:
+                ok_after = round(await _first_ok(self.ingest, probe) - load_ended, 2)
+            outs: list[dict[str, Any]] = []
+            for conn in pipes:
+                outs += await asyncio.wait_for(receive(conn, "result"), 60)
+            return outs, series, ok_after
+        finally:
+            for proc in procs:
+                proc.join(10)
+                if proc.is_alive():
+                    proc.kill()
 
     async def _noisy_neighbour(self, request: bytes, capacity: float) -> dict[str, Any]:
         """Nine well-behaved gateways alone, then beside one at 10x its quota."""
@@ -338,29 +443,22 @@ class _Run:
         async def phase(noisy: bool) -> dict[str, Any]:
             await asyncio.sleep(2.0)
             polite = [
-                loadgen.open_loop(
-                    self.ingest,
+                loadgen.OpenLoopSpec(
                     request,
                     polite_calls_per_s,
                     seconds,
-                    metadata=[("authorization", f"Bearer {_token(i)}")],
+                    metadata=(("authorization", f"Bearer {_token(i)}"),),
                 )
                 for i in range(1, NEIGHBOURS)
             ]
-            flood = (
-                [
-                    loadgen.open_loop(
-                        self.ingest,
-                        request,
-                        quota_calls_per_s * NOISY_FACTOR,
-                        seconds,
-                        metadata=[("authorization", f"Bearer {_token(0)}")],
-                    )
-                ]
-                if noisy
-                else []
+            flood = loadgen.OpenLoopSpec(
+                request,
+                quota_calls_per_s * NOISY_FACTOR,
+                seconds,
+                metadata=(("authorization", f"Bearer {_token(0)}"),),
             )
-            outs = await asyncio.gather(*polite, *flood)
+            # The flood runs in a process of its own: it must not slow the nine's client.
+            outs, _, _ = await self._drive([polite, [flood]] if noisy else [polite])
             mine = outs[: NEIGHBOURS - 1]
             ok = sum(m["codes"].get("OK", 0) for m in mine)
             result: dict[str, Any] = {
@@ -392,6 +490,20 @@ class _Run:
                 3,
             ),
         }
+
+
+async def _first_ok(channel: grpc.aio.Channel, request: bytes, within_s: float = 30) -> float:
+    """Send ``request`` every PROBE_EVERY_S until one is answered OK; when (monotonic)."""
+    call = channel.unary_unary(loadgen.PUBLISH)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if loadgen.failed_in(await call(request, timeout=2)) == 0:
+                return time.monotonic()
+        except grpc.aio.AioRpcError:
+            pass
+        await asyncio.sleep(PROBE_EVERY_S)
+    raise RuntimeError(f"the ingest server did not answer OK within {within_s:g} s")
 
 
 def _token(i: int) -> str:
@@ -462,7 +574,15 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
                 8,
                 time.perf_counter() + 5,
             )
-            run = _Run(opts, servers, ingest_proc.pid, ingest, echo, tokens_path)
+            run = _Run(
+                opts,
+                servers,
+                ingest_proc.pid,
+                ingest,
+                echo,
+                tokens_path,
+                f"127.0.0.1:{ingest_port}",
+            )
             rows: list[Row] = []
             overload = None
             if opts.overload_seconds:

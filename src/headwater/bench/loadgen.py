@@ -11,12 +11,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import grpc
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 
+from headwater.kafka_settings import PARTITIONER, resolve_kafka
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.protowire import varint
 
@@ -129,7 +131,10 @@ async def raw_aiokafka(
 ) -> Measured:
     """One aiokafka producer, acks=all, idempotent (as ingest's): send all, then gather."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+        **resolve_kafka(bootstrap).aiokafka_config("headwater-bench"),
     )
     await producer.start()
     out = Measured()
@@ -155,13 +160,10 @@ def raw_confluent(
     bootstrap: str, topic: str, records: Sequence[Record], deadline: float
 ) -> Measured:
     """One librdkafka producer, acks=all, delivery callbacks; blocking (run in a thread)."""
+    # Not producer_config: this baseline has no idempotence, as it was measured.
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "linger.ms": 5,
-            "partitioner": "murmur2_random",  # as the JVM and aiokafka hash keys
-        }
+        resolve_kafka(bootstrap).confluent_config("headwater-bench")
+        | {"acks": "all", "linger.ms": 5, "partitioner": PARTITIONER}
     )
     out = Measured()
 
@@ -195,6 +197,7 @@ async def open_loop(
     sample: Callable[[], float] | None = None,
     max_outstanding: int = 2048,
     timeout_s: float = 10.0,
+    window_ended: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     """Offer ``calls_per_s`` batch calls (open loop) for ``seconds``; optionally sample RSS.
 
@@ -226,7 +229,11 @@ async def open_loop(
     next_sample = started
     tick = 0.01  # launch the calls that are due every 10 ms
     launched = 0
+    # How far behind its clock this client fell: a client that cannot launch calls on
+    # time measures itself, not the server, so the report shows it.
+    most_behind_s = 0.0
     while (now := time.perf_counter()) - started < seconds:
+        most_behind_s = max(most_behind_s, now - started - launched / calls_per_s)
         if sample is not None and now >= next_sample:
             rss.append((round(now - started, 1), sample()))
             next_sample += 1.0
@@ -243,6 +250,8 @@ async def open_loop(
     if sample is not None:
         rss.append((round(time.perf_counter() - started, 1), sample()))  # end of the window
     ended = time.perf_counter()
+    if window_ended is not None:
+        window_ended.set()  # the offered load stops here; answers may still be due
     if outstanding:
         await asyncio.wait(outstanding, timeout=timeout_s + 5)
     return {
@@ -250,10 +259,66 @@ async def open_loop(
         "window_s": round(ended - started, 2),
         "codes": codes,
         "not_sent": not_sent,
+        "client_most_behind_s": round(most_behind_s, 2),
         "ok_latencies_s": ok_latencies,
         "rss_series_mb": rss,
         "drain_s": round(time.perf_counter() - ended, 1),
     }
+
+
+@dataclass(frozen=True)
+class OpenLoopSpec:
+    """One open-loop caller for :func:`open_loop_worker` (picklable)."""
+
+    request: bytes
+    calls_per_s: float
+    seconds: float
+    metadata: tuple[tuple[str, str], ...] = ()
+    max_outstanding: int = 2048
+    timeout_s: float = 10.0
+
+
+def open_loop_worker(conn: Connection, target: str, specs: Sequence[OpenLoopSpec]) -> None:
+    """A load-generator process: open-loop callers together, on their own event loop.
+
+    Runs in a child process (``spawn``), so the load generator shares the GIL with neither
+    the server nor the benchmark's RSS sampling. Each spec gets its own channel, so its
+    own HTTP/2 connection, as separate gateways would. Talks over ``conn``: sends
+    ``("ready", None)`` once connected, waits for ``"go"``, sends ``("ended", t)`` when the
+    window ends (``t``: ``time.monotonic()``, comparable across processes) and then
+    ``("result", [one open_loop result per spec])`` once the last answers are in.
+    """
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        channels = [grpc.aio.insecure_channel(target) for _ in specs]
+        try:
+            await asyncio.gather(*(asyncio.wait_for(c.channel_ready(), 30) for c in channels))
+            conn.send(("ready", None))
+            await loop.run_in_executor(None, conn.recv)  # "go"
+            ended = [asyncio.Event() for _ in specs]
+            tasks = [
+                asyncio.ensure_future(
+                    open_loop(
+                        channel,
+                        spec.request,
+                        spec.calls_per_s,
+                        spec.seconds,
+                        metadata=spec.metadata,
+                        max_outstanding=spec.max_outstanding,
+                        timeout_s=spec.timeout_s,
+                        window_ended=event,
+                    )
+                )
+                for channel, spec, event in zip(channels, specs, ended, strict=True)
+            ]
+            await asyncio.gather(*(e.wait() for e in ended))
+            conn.send(("ended", time.monotonic()))
+            conn.send(("result", list(await asyncio.gather(*tasks))))
+        finally:
+            await asyncio.gather(*(c.close() for c in channels))
+
+    asyncio.run(run())
 
 
 def percentile_ms(latencies_s: Sequence[float], q: float) -> float | None:

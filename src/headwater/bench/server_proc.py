@@ -59,6 +59,14 @@ def status_mb(pid: int, name: str) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of stat(5); [0] here is field 3 (the state).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def reset_peak(pid: int) -> bool:
     """Reset a process's peak RSS (VmHWM) to its current RSS; False where not allowed."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as f:

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
@@ -104,6 +104,22 @@ def _log4j2(log_file: Path) -> str:
     )
 
 
+def _with_listeners(
+    conf: dict[str, str], extra: Mapping[str, tuple[str, int]], host: str
+) -> dict[str, str]:
+    """Return ``conf`` with the ``extra`` client listeners added (advertised as they listen)."""
+    if not extra:
+        return conf
+    added = {name.upper(): (protocol.upper(), port) for name, (protocol, port) in extra.items()}
+    urls = ",".join(f"{name}://{host}:{port}" for name, (_, port) in added.items())
+    protocols = ",".join(f"{name}:{protocol}" for name, (protocol, _) in added.items())
+    return conf | {
+        "listeners": f"{conf['listeners']},{urls}",
+        "advertised.listeners": f"{conf['advertised.listeners']},{urls}",
+        "listener.security.protocol.map": f"{conf['listener.security.protocol.map']},{protocols}",
+    }
+
+
 def _properties(conf: Mapping[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in conf.items())
 
@@ -120,6 +136,13 @@ class EmbeddedBroker:
         data_dir: keeps the broker's data across starts (formatted once); by default a
             temporary folder that :meth:`stop` removes.
         config: extra or overriding broker properties.
+        extra_listeners: more client listeners, ``{name: (security protocol, port)}``, e.g.
+            ``{"SASL_SSL": ("SASL_SSL", 19093)}``; their TLS and SASL properties go in
+            ``config`` (``listener.name.<name>.*``). Readiness is checked on the PLAINTEXT one.
+        scram_credentials: SCRAM users written when the data folder is formatted, as
+            ``kafka-storage format --add-scram`` takes them:
+            ``SCRAM-SHA-512=[name=alice,password=secret]``. KRaft has no other way to hold a
+            credential before a client can authenticate.
     """
 
     def __init__(
@@ -129,6 +152,8 @@ class EmbeddedBroker:
         advertised_port: int | None = None,
         data_dir: Path | None = None,
         config: Mapping[str, str] | None = None,
+        extra_listeners: Mapping[str, tuple[str, int]] | None = None,
+        scram_credentials: Sequence[str] = (),
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
@@ -136,6 +161,8 @@ class EmbeddedBroker:
         self._data_dir = Path(data_dir) if data_dir else None
         self._log_path = Path(log_path) if log_path else None
         self._config = dict(config or {})
+        self._extra_listeners = dict(extra_listeners or {})
+        self._scram_credentials = list(scram_credentials)
         self._owned_dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -177,6 +204,7 @@ class EmbeddedBroker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         props = data / "server.properties"
         conf = server_properties(data, self.port, free_port(), self.advertised_port)
+        conf = _with_listeners(conf, self._extra_listeners, self.host)
         props.write_text(_properties(conf | self._config))
         (data / "log4j2.properties").write_text(_log4j2(self.log_path))
         base = [java, HEAP, f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}"]
@@ -199,8 +227,13 @@ class EmbeddedBroker:
         return self
 
     def _format(self, base: list[str], props: Path) -> None:
+        scram = [arg for cred in self._scram_credentials for arg in ("--add-scram", cred)]
         done = subprocess.run(
-            [*base, "kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(props)],
+            [
+                *base,
+                *("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(props)),
+                *scram,
+            ],
             capture_output=True,
             timeout=120,
             check=False,

@@ -164,9 +164,19 @@ def _ports(args: argparse.Namespace) -> Ports:
     )
 
 
+def _preflight(with_enricher: bool) -> None:
+    """Fail at once, in one line, when Java or the jars are missing (not in a child's log)."""
+    from headwater import jvm
+    from headwater.startup import require_java
+
+    require_java("the dev stack (Apache Kafka" + (", Spark)" if with_enricher else ")"))
+    jvm.jars(jvm.KAFKA_BROKER)  # JvmSetupError says how to install them
+
+
 def _up(args: argparse.Namespace) -> int:
     from headwater.devstack.control import up
 
+    _preflight(not args.no_enricher)
     return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
 
 
@@ -175,6 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
     from headwater.logs import configure_logging
 
     configure_logging()
+    _preflight(not args.no_enricher)
     opts = StackOptions(args.workdir, _ports(args), not args.no_enricher)
     return asyncio.run(Supervisor(opts).run())
 
@@ -216,6 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     from headwater.logs import configure_logging
 
     configure_logging("WARNING")
+    _preflight(not args.no_enricher)
     opts = DevStackOptions(
         duration_s=args.duration,
         rate=args.rate,

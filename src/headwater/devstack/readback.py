@@ -9,19 +9,24 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from headwater import record_headers as rh
+from headwater.kafka_settings import KafkaSettings, resolve_kafka
 
 
-def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 60.0) -> Iterator[Message]:
+def read_topic(
+    kafka: KafkaSettings | str, topic: str, timeout_s: float = 60.0
+) -> Iterator[Message]:
     """Yield every record of ``topic`` from the log start to its end (the high watermark).
 
     The end is taken when the read begins; records appended later are not read.
+
+    Args:
+        kafka: The connection (bootstrap servers alone: security from ``HEADWATER_KAFKA_*``).
+        topic: The topic to read.
+        timeout_s: How long to read at most.
     """
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "headwater-devstack-readback",
-            "enable.auto.commit": False,
-        }
+        # The group is required by librdkafka but never joined: partitions are assigned.
+        resolve_kafka(kafka).consumer_config("headwater-readback", "headwater-devstack-readback")
     )
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)

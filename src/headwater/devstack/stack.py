@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
 from headwater.devstack import state as stack_state
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
@@ -39,9 +37,11 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.summary import build_summary, read_enriched, render
 from headwater.ingest.auth import hash_token
+from headwater.kafka_settings import resolve_kafka
 from headwater.logs import JsonFormatter
+from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import INGEST_TOPICS, MASTER_DEVICES_TOPIC, scoped_key
+from headwater.topics import INGEST_TOPICS, MASTER_DEVICES_TOPIC
 
 
 @dataclass(frozen=True)
@@ -74,26 +74,24 @@ def _tokens_yaml(fleet: list[SimGateway]) -> str:
 
 
 def _publish_master(bootstrap: str, fleet: list[SimGateway], late: bool) -> int:
-    """Publish master data for the on-time devices, or for the late ones (every 10th)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    count = 0
-    for gw in fleet:
-        for i, device in enumerate(gw.devices):
-            if (i % 10 == 9) != late:
-                continue
-            master = device_master_pb2.DeviceMaster(
-                device_id=device.device_id,
-                site=f"plant-{gw.gateway_id[3:]}",
-                area_code=f"A{i % 4}",
-                vendor_format=device.content_type,
-                model="sim-1",
-                tenant=gw.tenant,
-            )
-            key = scoped_key(gw.tenant, device.device_id)
-            producer.produce(MASTER_DEVICES_TOPIC, master.SerializeToString(), key)
-            count += 1
-    producer.flush(30)
-    return count
+    """Publish master data for the on-time devices, or for the late ones (every 10th).
+
+    Written with ``headwater master``'s own functions, as an operator's load would be.
+    """
+    records = [
+        device_master_pb2.DeviceMaster(
+            device_id=device.device_id,
+            site=f"plant-{gw.gateway_id[3:]}",
+            area_code=f"A{i % 4}",
+            vendor_format=device.content_type,
+            model="sim-1",
+            tenant=gw.tenant,
+        )
+        for gw in fleet
+        for i, device in enumerate(gw.devices)
+        if (i % 10 == 9) == late
+    ]
+    return master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, records)
 
 
 async def _progress(

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from confluent_kafka import Producer
-
 from headwater.devstack import state as stack_state
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.devstack.services import (
@@ -36,8 +34,10 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.vendors import ACME_TELEMETRY
 from headwater.ingest.auth import hash_token
+from headwater.kafka_settings import resolve_kafka
+from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import MASTER_DEVICES_TOPIC, scoped_key
+from headwater.topics import MASTER_DEVICES_TOPIC
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,11 +97,8 @@ def _publish_demo_master(bootstrap: str) -> None:
         model="sim-1",
         tenant=DEMO_TENANT,
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    key = scoped_key(DEMO_TENANT, DEMO_DEVICE)
-    producer.produce(MASTER_DEVICES_TOPIC, master.SerializeToString(), key)
-    if producer.flush(30):
-        raise RuntimeError("master data for the demo device was not acknowledged in 30 s")
+    # headwater master's own writer (raises MasterStoreError when not acknowledged).
+    master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, [master])
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartiti
 from google.protobuf import descriptor_pool, json_format, message_factory
 
 from headwater.contracts import TOPIC_MESSAGES
+from headwater.kafka_settings import resolve_kafka
 from headwater.topics import COMPLETIONS_TOPIC, DEADLETTER_TOPIC, EVENT_TOPICS
 
 DEFAULT_TOPICS = [*EVENT_TOPICS.values(), COMPLETIONS_TOPIC, DEADLETTER_TOPIC]
@@ -42,11 +43,8 @@ def follow(
 ) -> Iterator[dict[str, Any]]:
     """Yield the records of ``topics`` as dicts, within the given bounds."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "headwater-devstack-watch",  # required; never used: no subscribe
-            "enable.auto.commit": False,
-        }
+        # The group is required by librdkafka; never used: no subscribe.
+        resolve_kafka(bootstrap).consumer_config("headwater-watch", "headwater-devstack-watch")
     )
     start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     try:

@@ -286,15 +286,28 @@ def _new_starts(args: argparse.Namespace) -> dict[tuple[str, int], int]:
 def _register_lag(subparsers: argparse._SubParsersAction) -> None:
     lag = subparsers.add_parser(
         "lag",
-        help="consumer lag and the consumer signals",
+        help="consumer lag (by default the enricher's) and the consumer signals",
         description=(
             "Lag per group, topic and partition, plus the consumer signals (bytes out per "
             "second, producer-to-consumer and consumer-to-processing latency) scraped from "
-            "--metrics-url when given."
+            "--metrics-url when given. Without --group or --checkpoint it shows the "
+            "enricher: the offsets it commits after each batch to its progress group "
+            "($HEADWATER_ENRICHER_PROGRESS_GROUP, default headwater-enricher), for "
+            "monitoring only. With --checkpoint it reads the enricher's Spark checkpoint "
+            "instead, where a restart resumes from (works while the enricher is down)."
         ),
     )
     _bootstrap(lag)
-    lag.add_argument("--group", action="append", required=True, help="consumer group (repeat)")
+    lag.add_argument(
+        "--group",
+        action="append",
+        help="consumer group (repeat; default: the enricher's progress group)",
+    )
+    lag.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="read the enricher's position from its checkpoint directory instead",
+    )
     lag.add_argument("--topic", action="append", help="topics (default: those committed)")
     lag.add_argument("--metrics-url", help="Prometheus endpoint of the enricher")
     lag.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
@@ -302,18 +315,32 @@ def _register_lag(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _lag(args: argparse.Namespace) -> int:
-    from headwater.ops.lag import group_lag, scrape_signals
+    from headwater.ops.checkpoint import CheckpointError
+    from headwater.ops.lag import checkpoint_lag, enricher_group, group_lag, scrape_signals
     from headwater.ops.offsets import admin_client
     from headwater.ops.render import emit
 
+    groups = args.group or ([] if args.checkpoint else [enricher_group()])
     admin = admin_client(args.bootstrap_servers)
     while True:
-        rows = []
-        summary = []
-        for group in args.group:
-            lag = group_lag(admin, group, args.topic)
-            rows += lag.rows()
-            summary.append({"group": group, "max_offset_lag": lag.max_lag})
+        lags = [group_lag(admin, group, args.topic) for group in groups]
+        if args.checkpoint:
+            try:
+                lags.append(checkpoint_lag(admin, args.checkpoint, args.topic))
+            except CheckpointError as exc:
+                print(f"headwater lag: {exc}", file=sys.stderr)
+                return 2
+        rows = [row for lag in lags for row in lag.rows()]
+        summary: list[dict[str, object]] = [
+            {"group": lag.group, "max_offset_lag": lag.max_lag} for lag in lags
+        ]
+        for lag in lags:
+            if not lag.partitions:
+                print(
+                    f"headwater lag: group {lag.group!r} has committed no offsets (the enricher "
+                    "commits its progress after each batch; while it is down, use --checkpoint)",
+                    file=sys.stderr,
+                )
         if args.metrics_url:
             signals = scrape_signals(args.metrics_url)
             summary = [{**s, **signals} for s in summary]
@@ -334,13 +361,21 @@ def _register_status(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Check a Helm release of Headwater on Kubernetes: ingest Deployment and pods "
             "(readiness, restarts), the enricher SparkApplication (state, submission "
-            "attempts) and, with --group, the enricher's lag. Exits 1 when something needs "
-            "attention, so it can gate a rollout."
+            "attempts) and the enricher's lag per partition, from the offsets it commits to "
+            "its progress group (or, with --checkpoint, from its checkpoint; --no-lag skips "
+            "Kafka). Exits 1 when something needs attention, so it can gate a rollout."
         ),
     )
     status.add_argument("--namespace", default="headwater", help="Kubernetes namespace")
     status.add_argument("--release", default="headwater", help="Helm release name")
-    status.add_argument("--group", help="consumer group whose lag to include")
+    lag = status.add_mutually_exclusive_group()
+    lag.add_argument(
+        "--group",
+        help="consumer group whose lag to check (default: the enricher's progress group, "
+        "$HEADWATER_ENRICHER_PROGRESS_GROUP or headwater-enricher)",
+    )
+    lag.add_argument("--checkpoint", metavar="PATH", help="take the lag from this checkpoint")
+    lag.add_argument("--no-lag", action="store_true", help="do not check lag (no Kafka access)")
     status.add_argument("--lag-threshold", type=int, default=100_000, help="max acceptable lag")
     _bootstrap(status)
     status.set_defaults(func=_status)
@@ -351,12 +386,29 @@ def _status(args: argparse.Namespace) -> int:
     from headwater.ops.status import assess, fetch
 
     deployments, pods, spark_apps = fetch(args.namespace, args.release)
-    max_lag = None
-    if args.group:
-        from headwater.ops.lag import group_lag
-        from headwater.ops.offsets import admin_client
+    progress, lag_error = None, ""
+    if not args.no_lag:
+        from confluent_kafka import KafkaException
 
-        max_lag = group_lag(admin_client(args.bootstrap_servers), args.group).max_lag
-    result = assess(deployments, pods, spark_apps, max_lag, args.lag_threshold)
+        from headwater.ops.checkpoint import CheckpointError
+        from headwater.ops.lag import checkpoint_lag, enricher_group, group_lag
+        from headwater.ops.offsets import OffsetsError, admin_client
+
+        admin = admin_client(args.bootstrap_servers)
+        try:
+            if args.checkpoint:
+                progress = checkpoint_lag(admin, args.checkpoint)
+            else:
+                progress = group_lag(admin, args.group or enricher_group())
+        except (KafkaException, CheckpointError, OffsetsError) as exc:
+            lag_error = str(exc)
+    result = assess(
+        deployments,
+        pods,
+        spark_apps,
+        lag_threshold=args.lag_threshold,
+        progress=progress,
+        lag_error=lag_error,
+    )
     emit(result.checks, ["component", "ok", "detail"], args.json)
     return 0 if result.healthy else 1

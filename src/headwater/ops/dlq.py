@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.devstack.readback import read_topic
+from headwater.kafka_settings import KafkaSettings, resolve_kafka
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import DEADLETTER_TOPIC, INGEST_TOPICS
 
@@ -67,10 +68,10 @@ def readable(payload: bytes, limit: int = 2000) -> str:
 
 
 def read_dead_letters(
-    bootstrap_servers: str, topic: str = DEADLETTER_TOPIC
+    kafka: KafkaSettings | str, topic: str = DEADLETTER_TOPIC
 ) -> Iterator[DeadLetterRecord]:
-    """Yield every dead letter of ``topic``, decoded."""
-    for msg in read_topic(bootstrap_servers, topic):
+    """Yield every dead letter of ``topic``, decoded (a string: bootstrap servers)."""
+    for msg in read_topic(resolve_kafka(kafka), topic):
         yield DeadLetterRecord(
             dead_letter_pb2.DeadLetter.FromString(msg.value() or b""),
             msg.partition() or 0,
@@ -143,7 +144,7 @@ def _redrive_id(letter: dead_letter_pb2.DeadLetter) -> _RedriveId:
 
 
 def _redrives_after(
-    bootstrap_servers: str, topic: str, partition: int, start: int, timeout_s: float
+    kafka: KafkaSettings, topic: str, partition: int, start: int, timeout_s: float
 ) -> dict[_RedriveId, int]:
     """Return the redriven records of one partition from ``start`` to its current end.
 
@@ -153,13 +154,8 @@ def _redrives_after(
     Raises:
         RedriveError: The end was not reached within ``timeout_s``.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "headwater-dlq-redrive-check",
-            "enable.auto.commit": False,
-        }
-    )
+    # The group is required by librdkafka but never joined: the partition is assigned.
+    consumer = Consumer(kafka.consumer_config("headwater-dlq", "headwater-dlq-redrive-check"))
     found: dict[_RedriveId, int] = {}
     try:
         tp = TopicPartition(topic, partition)
@@ -193,7 +189,7 @@ def _redrives_after(
 
 
 def redriven_already(
-    bootstrap_servers: str, records: Iterable[DeadLetterRecord], timeout_s: float = 120.0
+    kafka: KafkaSettings | str, records: Iterable[DeadLetterRecord], timeout_s: float = 120.0
 ) -> set[tuple[int, int]]:
     """Return the dead letters (partition, offset) whose next redrive is in the log already.
 
@@ -209,9 +205,10 @@ def redriven_already(
         source = record.letter.source
         by_partition.setdefault((source.topic, source.partition), []).append(record)
     done: set[tuple[int, int]] = set()
+    settings = resolve_kafka(kafka)
     for (topic, partition), letters in by_partition.items():
         start = min(r.letter.source.offset for r in letters) + 1
-        found = _redrives_after(bootstrap_servers, topic, partition, start, timeout_s)
+        found = _redrives_after(settings, topic, partition, start, timeout_s)
         for r in letters:
             at = found.get(_redrive_id(r.letter))
             if at is not None and at > r.letter.source.offset:
@@ -220,7 +217,7 @@ def redriven_already(
 
 
 def redrive(
-    bootstrap_servers: str,
+    kafka: KafkaSettings | str,
     records: list[DeadLetterRecord],
     by: str,
     why: str,
@@ -233,7 +230,11 @@ def redrive(
 
     Only records read from one of ``ingest_topics`` are sent (the default names, unless
     the deployment prefixes them); others are reported as skipped, and so are letters
-    redriven already (``redriven_already``) unless ``force``.
+    redriven already (``redriven_already``) unless ``force``. ``kafka`` as a string is the
+    bootstrap servers (security from ``HEADWATER_KAFKA_*``). The producer is the shared
+    keyed-record producer (``KafkaSettings.producer_config``: acks=all, idempotence, the one
+    partitioner); the explicit partition (the original's) agrees with the partitioner while
+    the topic's partition count is unchanged.
 
     Raises:
         RedriveError: The check for earlier redrives or the delivery failed.
@@ -243,10 +244,9 @@ def redrive(
     eligible = [
         r for r in records if r.letter.source.topic in ingest_topics and r.letter.original_value
     ]
-    redriven = set() if force else redriven_already(bootstrap_servers, eligible)
-    producer = (
-        None if dry_run else Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
-    )
+    settings = resolve_kafka(kafka)
+    redriven = set() if force else redriven_already(settings, eligible)
+    producer = None if dry_run else Producer(settings.producer_config("headwater-dlq-redrive"))
     failures: list[str] = []
 
     def delivered(err: object, _msg: object) -> None:

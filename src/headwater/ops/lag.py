@@ -1,21 +1,35 @@
-"""Consumer lag per group, topic and partition, and the platform's consumer signals."""
+"""Consumer lag per group, topic and partition, and the platform's consumer signals.
+
+The enricher is a Spark query: its position lives in its checkpoint, not in a consumer
+group. It copies that position after every batch to the group
+``HEADWATER_ENRICHER_PROGRESS_GROUP`` (default ``headwater-enricher``) for monitoring only,
+so the group answers "how far is the enricher" while it runs; when it is down,
+:func:`checkpoint_lag` reads the checkpoint's offset log itself, which is what a restart
+resumes from.
+"""
 
 from __future__ import annotations
 
-import re
-import urllib.request
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from headwater.ops.offsets import PartitionOffsets, show
+from headwater.ops.checkpoint import read_checkpoint
+from headwater.ops.offsets import PartitionOffsets, log_offsets, show
 
-#: The consumer signals the enricher exports (Prometheus names), shown next to the lag.
-SIGNALS = {
-    "bytes_out_per_s": "headwater_enricher_output_bytes_per_second",
-    "producer_to_consumer_p99_s": "headwater_enricher_producer_to_consumer_latency_seconds",
-    "consumer_to_processing_p99_s": "headwater_enricher_consumer_to_processing_latency_seconds",
-}
+# The consumer signals shown next to the lag, computed from the enricher's counter and
+# histograms (re-exported: the CLI imports them from here).
+from headwater.ops.signals import SIGNALS, scrape_signals  # noqa: F401
+
+#: The enricher's progress group when ``HEADWATER_ENRICHER_PROGRESS_GROUP`` is unset
+#: (the same default as the enricher's settings).
+ENRICHER_PROGRESS_GROUP = "headwater-enricher"
+_TIMEOUT_S = 15
+#: Kafka's internal topic of committed offsets, created by the first commit.
+_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True)
@@ -35,18 +49,55 @@ class GroupLag:
         return [{"group": self.group, **p.as_row()} for p in self.partitions]
 
 
+def enricher_group() -> str:
+    """Return the group the enricher commits its progress to (``headwater-enricher``)."""
+    group = os.environ.get("HEADWATER_ENRICHER_PROGRESS_GROUP", "").strip()
+    return group if group and group.lower() != "off" else ENRICHER_PROGRESS_GROUP
+
+
 def group_lag(admin: AdminClient, group: str, topics: list[str] | None = None) -> GroupLag:
     """Return the lag of ``group`` on ``topics`` (default: the topics it committed)."""
+    # Before any group committed anything the cluster has no offsets topic, and asking for
+    # a group's offsets then crashes the process (librdkafka 2.16, seen on a fresh broker);
+    # there is nothing to show anyway.
+    if _OFFSETS_TOPIC not in admin.list_topics(timeout=_TIMEOUT_S).topics:
+        return GroupLag(group, [])
     return GroupLag(group, show(admin, group, topics))
 
 
-def scrape_signals(metrics_url: str, timeout_s: float = 5.0) -> dict[str, float]:
-    """Read the consumer signals from a Prometheus text endpoint (missing ones are skipped)."""
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
-        text = response.read().decode()
-    found: dict[str, float] = {}
-    for signal, metric in SIGNALS.items():
-        match = re.search(rf"^{metric}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.MULTILINE)
-        if match:
-            found[signal] = float(match.group(1))
-    return found
+def checkpoint_lag(
+    admin: AdminClient, location: str | Path, topics: list[str] | None = None
+) -> GroupLag:
+    """Return the lag of the enricher's checkpoint: where its next batch will start.
+
+    Read from the checkpoint's offset log (its last committed batch), so it works while the
+    enricher is down. Every partition of the checkpoint's topics is listed; one the
+    checkpoint does not hold yet (added since) shows no committed offset, and a topic no
+    longer on the brokers is left out.
+    """
+    view = read_checkpoint(location)
+    starts = {
+        (str(row["topic"]), int(str(row["partition"]))): int(str(row["next_offset"]))
+        for row in view.rows()
+    }
+    wanted = topics or sorted({t for t, _ in starts})
+    metadata = admin.list_topics(timeout=_TIMEOUT_S).topics
+    partitions = [
+        TopicPartition(t, p)
+        for t in wanted
+        if t in metadata
+        for p in sorted(metadata[t].partitions)
+    ]
+    first = log_offsets(admin, partitions, OffsetSpec.earliest())
+    end = log_offsets(admin, partitions, OffsetSpec.latest())
+    rows = [
+        PartitionOffsets(
+            tp.topic,
+            tp.partition,
+            starts.get((tp.topic, tp.partition)),
+            first[(tp.topic, tp.partition)],
+            end[(tp.topic, tp.partition)],
+        )
+        for tp in partitions
+    ]
+    return GroupLag(f"checkpoint:{view.location}", rows)

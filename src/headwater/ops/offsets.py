@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from headwater.kafka_check import connected_admin
+from headwater.kafka_settings import KafkaSettings, resolve_kafka
+
 _TIMEOUT = 15
 
 
@@ -48,9 +51,16 @@ class PartitionOffsets:
         }
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    """Return an AdminClient for ``bootstrap_servers``."""
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+def admin_client(kafka: KafkaSettings | str) -> AdminClient:
+    """Return an AdminClient (bootstrap servers alone: security from the environment).
+
+    It has tried the cluster once: a refused login or TLS handshake fails here, naming the
+    setting; an unreachable cluster fails at the first request, as callers expect.
+
+    Raises:
+        headwater.kafka_check.KafkaSetupError: login or TLS refused (names the setting).
+    """
+    return connected_admin(resolve_kafka(kafka), "headwater-ops", _TIMEOUT, require=False)
 
 
 def _partitions(admin: AdminClient, topics: list[str]) -> list[TopicPartition]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from headwater.ops.lag import GroupLag
 
 #: SparkApplication states that mean the enricher is doing its job or getting there.
 _SPARK_OK = {"RUNNING", "SUBMITTED", "PENDING_RERUN"}
@@ -39,8 +42,15 @@ def assess(
     spark_apps: list[dict[str, Any]],
     max_lag: int | None = None,
     lag_threshold: int = 100_000,
+    progress: GroupLag | None = None,
+    lag_error: str = "",
 ) -> Assessment:
-    """Judge the objects (as the API returns them, as dicts) of one release."""
+    """Judge the objects (as the API returns them, as dicts) of one release.
+
+    ``progress`` is the enricher's position per partition (its progress group or its
+    checkpoint): one check per partition, and the largest lag as ``max_lag``.
+    ``lag_error`` says why it could not be read.
+    """
     result = Assessment()
     if not deployments:
         result.add("ingest", False, "no ingest Deployment found for this release")
@@ -69,11 +79,39 @@ def assess(
         attempts = status.get("submissionAttempts", 0)
         detail = f"state {state}, submission attempts {attempts}" + (f": {error}" if error else "")
         result.add(f"sparkapplication/{name}", state in _SPARK_OK, detail)
+    if lag_error:
+        result.add("lag", False, f"cannot read the enricher's offsets: {lag_error}")
+    if progress is not None:
+        _add_progress(result, progress, lag_threshold)
+        if not progress.partitions:
+            result.add(
+                "lag",
+                False,
+                f"{progress.group} has no offsets: the enricher has not finished a batch, or "
+                "its progress group is off (HEADWATER_ENRICHER_PROGRESS_GROUP); "
+                "`headwater lag --checkpoint PATH` reads its checkpoint",
+            )
+        elif max_lag is None:
+            max_lag = progress.max_lag
     if max_lag is not None:
         result.add(
             "lag", max_lag <= lag_threshold, f"max offset lag {max_lag} (threshold {lag_threshold})"
         )
     return result
+
+
+def _add_progress(result: Assessment, progress: GroupLag, lag_threshold: int) -> None:
+    """One check per partition: committed, inside the log, and behind by at most the threshold."""
+    for p in progress.partitions:
+        where = f"{progress.group}: next offset {'-' if p.committed is None else p.committed}"
+        detail = f"{where}, log {p.log_start}..{p.log_end}, lag {'-' if p.lag is None else p.lag}"
+        out_of_range = p.committed is not None and not p.log_start <= p.committed <= p.log_end
+        if p.committed is None:
+            detail += " (never committed)"
+        elif out_of_range:
+            detail += " (outside the log: retention deleted unread data?)"
+        ok = p.lag is not None and p.lag <= lag_threshold and not out_of_range
+        result.add(f"lag/{p.topic}[{p.partition}]", ok, detail)
 
 
 def fetch(

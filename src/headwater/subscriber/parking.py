@@ -48,12 +48,11 @@ class Parker:
         if self._producer is not None:
             return
         producer = AIOKafkaProducer(
-            bootstrap_servers=self._kafka.bootstrap_servers,
-            client_id=f"headwater-subscriber-{self._group}",
             acks="all",
             enable_idempotence=True,
             request_timeout_ms=int(within_s * 1000),
-            **self._kafka.aiokafka_security(),
+            # aiokafka's default partitioner is murmur2 already: the shared PARTITIONER's hash.
+            **self._kafka.aiokafka_config(f"headwater-subscriber-{self._group}"),
         )
         await producer.start()
         try:

@@ -24,10 +24,9 @@ async def check_start_points(kafka: KafkaSettings, settings: SubscriberSettings)
     broker under-reports the log end asked for directly.
     """
     probe = AIOKafkaConsumer(
-        bootstrap_servers=kafka.bootstrap_servers,
         group_id=settings.group_id,  # to read its offsets; it never joins (no subscribe)
         enable_auto_commit=False,
-        **kafka.aiokafka_security(),
+        **kafka.aiokafka_config(f"headwater-subscriber-{settings.group_id}"),
     )
     await probe.start()
     try:

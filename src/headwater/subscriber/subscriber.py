@@ -99,8 +99,6 @@ class Subscriber(Generic[M]):
             await parker.start()
             stack.push_async_callback(parker.stop)
             consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.kafka.bootstrap_servers,
-                client_id=f"headwater-subscriber-{s.group_id}",
                 group_id=s.group_id,
                 enable_auto_commit=False,
                 # Never a reset the library picks: missing or lost offsets raise instead.
@@ -108,7 +106,7 @@ class Subscriber(Generic[M]):
                 max_poll_interval_ms=int(s.max_poll_interval_s * 1000),
                 session_timeout_ms=int(s.session_timeout_s * 1000),
                 heartbeat_interval_ms=int(s.session_timeout_s * 1000 / 3),
-                **self.kafka.aiokafka_security(),
+                **self.kafka.aiokafka_config(f"headwater-subscriber-{s.group_id}"),
             )
             await consumer.start()
             # Stopping leaves the group, so a rebalance hands the partitions on at once.
