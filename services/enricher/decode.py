@@ -138,7 +138,7 @@ def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
     Bytes that are not UTF-8 become U+FFFD, as Python's ``decode("utf-8", "replace")``.
 
     Returns:
-        ``tenant``, ``device_key`` and ``SOURCE_FIELDS``.
+        The ``schema.KEYED`` columns.
     """
     key = F.expr("make_valid_utf8(coalesce(cast(key as string), ''))")
     device = F.substring_index(key, "/", -1)

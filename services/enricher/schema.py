@@ -1,8 +1,6 @@
-"""Column layouts shared by the steps, as Spark DDL strings (one place, so steps agree)."""
+"""Column layouts shared by the steps, as Spark DDL field lists (one place, so steps agree)."""
 
 from __future__ import annotations
-
-from pyspark.sql.types import StructType
 
 HEADERS = "array<struct<key:string,value:binary>>"
 
@@ -34,6 +32,10 @@ SOURCE_FIELDS = (
     f"src_topic string, src_partition int, src_offset long, value binary, headers {HEADERS}"
 )
 
+#: The rows the keyed state receives (``decode.key_columns``), in the order ``decode_row``
+#: unpacks them: the key, then the source fields.
+KEYED = f"tenant string, device_key string, {SOURCE_FIELDS}"
+
 #: One output row per Kafka record the sink produces (see ``kafka_sink``).
 OUTPUT = (
     f"topic string, key binary, value binary, headers {HEADERS}, role string, label string, "
@@ -53,10 +55,3 @@ def field_names(ddl: str) -> list[str]:
             names.append(ddl[start:i].strip().split(" ")[0])
             start = i + 1
     return names
-
-
-def struct(ddl: str) -> StructType:
-    """Return the StructType of a DDL field list."""
-    parsed = StructType.fromDDL(ddl)
-    assert isinstance(parsed, StructType)
-    return parsed

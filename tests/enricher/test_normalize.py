@@ -9,6 +9,7 @@ import pytest
 from headwater import record_headers as rh
 from headwater.enricher.decode import decode_record, decode_row, key_columns
 from headwater.enricher.normalize import REGISTRY, normalize_message
+from headwater.enricher.schema import KEYED, field_names
 from headwater.topics import split_scoped_key
 from tests.enricher.kafkatools import (
     ACME,
@@ -131,7 +132,9 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         (b"dev-6", b"", "master", 0, 1, None, 0, []),
         (None, b"", "master", 0, 2, None, 0, []),
     ]
-    keyed = key_columns(_raw(spark, rows), "master").collect()
+    keyed_df = key_columns(_raw(spark, rows), "master")
+    assert keyed_df.columns == field_names(KEYED)  # the order decode_row unpacks
+    keyed = keyed_df.collect()
     # The JVM splits master keys as split_scoped_key does, and decodes text as Python.
     assert [(r.tenant, r.device_key) for r in keyed] == [
         ("acme-tenant", "dev-1"),
