@@ -30,7 +30,7 @@ repeat of the same redrive is still a duplicate.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,7 @@ class Dedup:
         self._spilled: list[int] = []
         self._seen: set[int] = set()
         self._new: list[tuple[int, int, int]] = []
+        self._hash_of: dict[str, int] = {}
         #: State calls made on the older tier (for the profile).
         self.calls = 0
 
@@ -90,13 +91,15 @@ class Dedup:
         self,
         recent: bytes | None,
         spilled: bytes | None,
-        messages: Iterable[tuple[str, int | None]],
+        messages: Sequence[tuple[str, int | None]],
     ) -> None:
         """Load the tiers for a batch of ``(dedup key, device_time_ms)`` of the device."""
         self._recent = np.frombuffer(recent, RECENT) if recent else np.empty(0, RECENT)
         self._spilled = np.frombuffer(spilled, "<i8").tolist() if spilled else []
         self._new = []
-        wanted = [(id_hash(k), hour_of(t)) for k, t in messages]
+        # Hashed once here; first_time looks the hash up instead of hashing again.
+        self._hash_of = {k: id_hash(k) for k, _ in messages}
+        wanted = [(self._hash_of[k], hour_of(t)) for k, t in messages]
         hashes = np.fromiter((h for h, _ in wanted), np.uint64, len(wanted))
         self._seen = set(hashes[_among(hashes, self._recent["h"])].tolist())
         spilled_set = set(self._spilled)
@@ -106,7 +109,9 @@ class Dedup:
 
     def first_time(self, key: str, device_time_ms: int | None, now_ms: int) -> bool:
         """Return True (and remember the id) unless ``key`` was seen within the horizon."""
-        h = id_hash(key)
+        h = self._hash_of.get(key)
+        if h is None:
+            h = id_hash(key)
         if h in self._seen:
             return False
         self._seen.add(h)

@@ -168,7 +168,7 @@ class DeviceProcessor(StatefulProcessor):
         self.dedup.begin(
             dev.recent_ids,
             dev.spilled_hours,
-            ((dedup_key(m), m["device_time_ms"]) for m in fresh),
+            [(m.setdefault("dedup_key", dedup_key(m)), m["device_time_ms"]) for m in fresh],
         )
         t1 = self._phase("state", t1, calls=1 + self.dedup.calls)
         had_master = dev.master is not None
@@ -187,7 +187,7 @@ class DeviceProcessor(StatefulProcessor):
             return self._master(msg, now, dev)
         if msg["error_stage"] == "decode":
             return self._dead(msg, now, 1)
-        key = dedup_key(msg)
+        key = msg.get("dedup_key") or dedup_key(msg)
         if not self.dedup.first_time(key, msg["device_time_ms"], now):
             return [route.completion(self.policy.topics, msg, cpb.OUTCOME_DUPLICATE, now)]
         if msg["error_reason"]:
