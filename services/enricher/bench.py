@@ -9,12 +9,16 @@
 3. enricher: the real query (``local[2]`` unless ``--spark-master``) drains the same backlog;
    sustained events/s is measured from the first to the last completion;
 4. latency: records are offered at ``--rate`` msg/s for ``--seconds`` while the query runs;
-   ingest received-at to completion visible, p50/p99.
+   ingest received-at to completion visible, p50/p99;
+5. the keyed-state floor (unless ``--no-floor``): steps 1-4 again with the same query shape
+   doing none of the enricher's work (``bench_floor.py``): what PySpark's keyed state and
+   the sink cost here, the best any change to our per-message code could reach.
 
 It prints one JSON line per fleet size with the ratio to the raw ceiling and where a
 micro-batch's time goes (``profile_drain``, ``profile_offered``: Spark's own phases, the
 keyed state's phases from ``profile.py``, state calls per device, the sink's produce and
-flush), then each target of issue 11 with met/missed. Numbers, not assertions: this is not a test.
+flush), then each target of issue 11 with met/missed, beside the floor's figure. Numbers, not
+assertions: this is not a test.
 """
 
 from __future__ import annotations
@@ -164,10 +168,11 @@ class CompletionWatch(threading.Thread):
 
 
 def bench_fleet(
-    spark: Any, bootstrap: str, devices: int, n: int, rate: int, seconds: int
+    spark: Any, bootstrap: str, devices: int, n: int, rate: int, seconds: int, floor: bool = False
 ) -> dict[str, Any]:
-    """Run the three measurements for one fleet size."""
+    """Run the three measurements for one fleet size (of the keyed-state floor if ``floor``)."""
     from headwater.enricher import job
+    from headwater.enricher.bench_floor import floor_stream
 
     topics = EnricherTopics.with_prefix(f"bench{uuid.uuid4().hex[:6]}.")
     names = [*topics.ingest, topics.master, *topics.outputs(), topics.completions + ".raw"]
@@ -190,10 +195,14 @@ def bench_fleet(
     )
     watch = CompletionWatch(bootstrap, topics.completions)
     watch.start()
-    query = job.start(spark, settings, stats_path)
+    query = job.start(spark, settings, stats_path, floor_stream if floor else job.enrich_stream)
     deadline = time.monotonic() + 900
     while watch.count < n and time.monotonic() < deadline and query.isActive:
         time.sleep(0.2)
+    if not query.isActive:
+        raise RuntimeError(
+            f"the {'floor' if floor else 'enricher'} query stopped: {query.exception()}"
+        )
     drain_end_ms = int(time.time() * 1000)
     first_batch = query.recentProgress[0].get("numInputRows", 0) if query.recentProgress else 0
     drained = watch.count
@@ -231,6 +240,7 @@ def bench_fleet(
     watch.join(10)
     lat = watch.latency_ms
     return {
+        "query": "floor" if floor else "enricher",
         "devices": devices,
         "backlog_messages": n,
         "raw_ceiling_msgs_per_s": round(ceiling),
@@ -320,16 +330,21 @@ TARGETS = (
 
 
 def check_targets(results: list[dict[str, Any]]) -> list[str]:
-    """Return one line per target whose fleet size was measured: met or missed."""
+    """Return one line per target whose fleet size was measured: met or missed.
+
+    The enricher's figure is judged; the floor's (same fleet, same run) is shown beside it.
+    """
+    floors = {r["devices"]: r for r in results if r.get("query") == "floor"}
     lines = []
     for devices, name, op, bound, label in TARGETS:
         for r in results:
-            if r["devices"] != devices:
+            if r["devices"] != devices or r.get("query") == "floor":
                 continue
             value = r[name]
             ok = value >= bound if op == ">=" else value <= bound
             verdict = "met" if ok else "MISSED"
-            lines.append(f"{devices} devices, {label}: {value} ({op} {bound}) {verdict}")
+            floor = f"; floor {floors[devices][name]}" if devices in floors else ""
+            lines.append(f"{devices} devices, {label}: {value} ({op} {bound}{floor}) {verdict}")
     return lines
 
 
@@ -348,6 +363,19 @@ def main(argv: list[str] | None = None) -> int:
         "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
     )
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument(
+        "--shuffle-partitions", type=int, default=2, help="partitions of the keyed state"
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the keyed-state floor (bench_floor.py)"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark SQL setting for both queries, to measure a lever (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     from headwater.devstack.broker import EmbeddedBroker
@@ -362,15 +390,21 @@ def main(argv: list[str] | None = None) -> int:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap_servers
     spark = job.build_session(
-        EnricherSettings(spark_master=args.spark_master, shuffle_partitions=2)
+        EnricherSettings(spark_master=args.spark_master, shuffle_partitions=args.shuffle_partitions)
     )
     spark.sparkContext.setLogLevel("ERROR")
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        spark.conf.set(key, value)
     try:
         results = []
         for devices in args.devices:
-            result = bench_fleet(spark, bootstrap, devices, args.messages, args.rate, args.seconds)
-            results.append(result)
-            print(json.dumps(result), flush=True)
+            for floor in (False,) if args.no_floor else (False, True):
+                result = bench_fleet(
+                    spark, bootstrap, devices, args.messages, args.rate, args.seconds, floor
+                )
+                results.append(result)
+                print(json.dumps(result), flush=True)
         for line in check_targets(results):
             print("target:", line, flush=True)
     finally:

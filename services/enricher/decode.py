@@ -98,7 +98,8 @@ def decode_record(
         "device_id": msg.device_id,
         "device_key": msg.device_id,
         "content_type": msg.content_type,
-        "device_time_ms": msg.device_time.ToMilliseconds(),
+        # Timestamp.ToMilliseconds, written out (the library's is Python code).
+        "device_time_ms": msg.device_time.seconds * 1000 + msg.device_time.nanos // 1_000_000,
         "sequence": int(msg.sequence),
         "payload": msg.payload,
     }

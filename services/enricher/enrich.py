@@ -6,15 +6,20 @@ the partition; this module holds the pure part, testable without Spark state.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
+from headwater.enricher.route import set_ms
 from headwater.proto.events.v1 import event_pb2
 
 #: Fixed namespace of event ids: uuid5(namespace, name) is stable on replay.
 EVENT_ID_NAMESPACE = uuid.UUID("5b0e3d0c-8f4b-5a3e-9c52-6865616477a1")
+_NAMESPACE_BYTES = EVENT_ID_NAMESPACE.bytes
+#: ``json.dumps`` with separators builds an encoder per call; one serves every call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 def event_id(tenant: str, device_id: str, message_id: str, index: int) -> str:
@@ -23,9 +28,16 @@ def event_id(tenant: str, device_id: str, message_id: str, index: int) -> str:
     Message ids are unique per tenant and device only (two devices counting 1, 2, 3 are
     fine), so the id is derived from all three. The name is JSON so that no choice of
     the parts can collide with another's ("a/b" + "c" versus "a" + "b/c").
+
+    Exactly ``str(uuid.uuid5(EVENT_ID_NAMESPACE, name))`` (RFC 9562 5.5), computed without
+    building a ``uuid.UUID``: once per event, that was a tenth of the keyed state's time.
     """
-    name = json.dumps([tenant, device_id, message_id, index], separators=(",", ":"))
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
+    name = _COMPACT_JSON.encode([tenant, device_id, message_id, index])
+    h = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode()).digest()[:16])
+    h[6] = (h[6] & 0x0F) | 0x50  # version 5
+    h[8] = (h[8] & 0x3F) | 0x80  # RFC 9562 variant
+    x = h.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[event_pb2.Event]:
@@ -51,12 +63,12 @@ def build_events(msg: Mapping[str, Any], master: Mapping[str, Any]) -> list[even
         site=master.get("site") or "",
         area_code=master.get("area_code") or "",
     )
-    ev.device_time.FromMilliseconds(msg["device_time_ms"] or 0)
-    ev.received_time.FromMilliseconds(msg["received_ms"] or 0)
+    set_ms(ev.device_time, msg["device_time_ms"] or 0)
+    set_ms(ev.received_time, msg["received_ms"] or 0)
     for m in msg["measurements"] or []:
         added = ev.measurements.add(name=m["name"], value=m["value"], unit=m["unit"])
         if m["time_ms"] is not None:  # formats that time each reading (Sparkplug B, OPC UA)
-            added.time.FromMilliseconds(m["time_ms"])
+            set_ms(added.time, m["time_ms"])
     if msg["alarm_code"]:
         ev.alarm.code = msg["alarm_code"]
         ev.alarm.severity = cast("event_pb2.Severity", msg["alarm_severity"] or 0)

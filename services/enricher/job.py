@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
@@ -149,10 +149,17 @@ def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
 
 
 def start(
-    spark: SparkSession, settings: EnricherSettings, stats_path: str | None = None
+    spark: SparkSession,
+    settings: EnricherSettings,
+    stats_path: str | None = None,
+    transform: Callable[[DataFrame, EnricherSettings], DataFrame] = enrich_stream,
 ) -> StreamingQuery:
-    """Start the enricher query; return it running."""
-    out = enrich_stream(read_ingest(spark, settings), settings)
+    """Start the enricher query; return it running.
+
+    ``transform`` turns the raw Kafka rows into output records; the benchmark swaps in its
+    floor (``bench_floor.py``) to measure the same query with none of the enricher's work.
+    """
+    out = transform(read_ingest(spark, settings), settings)
     stats_path = stats_path or os.path.join(
         tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl"
     )

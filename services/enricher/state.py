@@ -426,8 +426,8 @@ class _Snapshot:
             last_message_id=self.last_id,
             latest_values_dropped=self.dropped,
         )
-        s.last_seen_time.FromMilliseconds(self.last_seen_ms)
-        s.updated_time.FromMilliseconds(now_ms)
+        route.set_ms(s.last_seen_time, self.last_seen_ms)
+        route.set_ms(s.updated_time, now_ms)
         for name in sorted(self.latest):
             value, unit = self.latest[name]
             s.latest_values.add(name=name, value=value, unit=unit)

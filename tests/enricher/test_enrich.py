@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from pyspark.testing import assertDataFrameEqual
 
 from headwater.enricher.decode import key_columns
-from headwater.enricher.enrich import build_events, event_id
+from headwater.enricher.enrich import EVENT_ID_NAMESPACE, build_events, event_id
+from headwater.enricher.route import set_ms
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import Policy, process_devices
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
@@ -24,6 +29,16 @@ def test_event_id_is_stable_uuid5() -> None:
     assert event_id("t", "d", "m1", 0) == event_id("t", "d", "m1", 0)
     assert event_id("t", "d", "m1", 0) != event_id("t", "d", "m1", 1)
     assert event_id("t", "d", "m1", 0)[14] == "5"  # version nibble
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [("t", "d", "m1", 0), ("", "dev-1", "", 7), ("té", 'd"q\\', "m\u2028\U0001f600", 2**40)],
+)
+def test_event_id_is_exactly_uuid5_of_the_json_name(parts: tuple[str, str, str, int]) -> None:
+    # Ids must not change across versions: replays and consumers' dedup rely on them.
+    name = json.dumps(list(parts), separators=(",", ":"))
+    assert event_id(*parts) == str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
 
 
 def test_event_id_is_scoped_by_tenant_and_device() -> None:
@@ -121,3 +136,13 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
         ("temperature", 21.5, "celsius"),
     ]
     out.unpersist()
+
+
+@pytest.mark.parametrize("ms", [0, 1, -1, -1001, 999, 1_700_000_000_123, -62_135_596_800_000])
+def test_set_ms_matches_timestamp_from_milliseconds(ms: int) -> None:
+    expected = Timestamp()
+    expected.FromMilliseconds(ms)
+    written = Timestamp()
+    set_ms(written, ms)
+    assert written == expected
+    assert written.seconds * 1000 + written.nanos // 1_000_000 == expected.ToMilliseconds()
