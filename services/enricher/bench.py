@@ -24,6 +24,7 @@ assertions: this is not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -168,7 +169,14 @@ class CompletionWatch(threading.Thread):
 
 
 def bench_fleet(
-    spark: Any, bootstrap: str, devices: int, n: int, rate: int, seconds: int, floor: bool = False
+    spark: Any,
+    bootstrap: str,
+    devices: int,
+    n: int,
+    rate: int,
+    seconds: int,
+    floor: bool = False,
+    floor_buckets: int = 0,
 ) -> dict[str, Any]:
     """Run the three measurements for one fleet size (of the keyed-state floor if ``floor``)."""
     from headwater.enricher import job
@@ -195,7 +203,10 @@ def bench_fleet(
     )
     watch = CompletionWatch(bootstrap, topics.completions)
     watch.start()
-    query = job.start(spark, settings, stats_path, floor_stream if floor else job.enrich_stream)
+    transform = job.enrich_stream
+    if floor:
+        transform = functools.partial(floor_stream, buckets=floor_buckets)
+    query = job.start(spark, settings, stats_path, transform)
     deadline = time.monotonic() + 900
     while watch.count < n and time.monotonic() < deadline and query.isActive:
         time.sleep(0.2)
@@ -240,7 +251,8 @@ def bench_fleet(
     watch.join(10)
     lat = watch.latency_ms
     return {
-        "query": "floor" if floor else "enricher",
+        "query": ("floor" if floor else "enricher")
+        + (f" ({floor_buckets} buckets)" if floor and floor_buckets else ""),
         "devices": devices,
         "backlog_messages": n,
         "raw_ceiling_msgs_per_s": round(ceiling),
@@ -334,11 +346,11 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
 
     The enricher's figure is judged; the floor's (same fleet, same run) is shown beside it.
     """
-    floors = {r["devices"]: r for r in results if r.get("query") == "floor"}
+    floors = {r["devices"]: r for r in results if r.get("query", "").startswith("floor")}
     lines = []
     for devices, name, op, bound, label in TARGETS:
         for r in results:
-            if r["devices"] != devices or r.get("query") == "floor":
+            if r["devices"] != devices or r.get("query", "").startswith("floor"):
                 continue
             value = r[name]
             ok = value >= bound if op == ">=" else value <= bound
@@ -368,6 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the keyed-state floor (bench_floor.py)"
+    )
+    parser.add_argument(
+        "--floor-buckets",
+        type=int,
+        default=0,
+        help="key the floor by this many hash buckets of devices instead of by device",
     )
     parser.add_argument(
         "--conf",
@@ -401,7 +419,14 @@ def main(argv: list[str] | None = None) -> int:
         for devices in args.devices:
             for floor in (False,) if args.no_floor else (False, True):
                 result = bench_fleet(
-                    spark, bootstrap, devices, args.messages, args.rate, args.seconds, floor
+                    spark,
+                    bootstrap,
+                    devices,
+                    args.messages,
+                    args.rate,
+                    args.seconds,
+                    floor,
+                    args.floor_buckets,
                 )
                 results.append(result)
                 print(json.dumps(result), flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from headwater.enricher.bench_floor import FloorProcessor
@@ -50,5 +51,17 @@ def test_one_record_per_ingest_record_and_two_state_calls_per_device() -> None:
         assert {r.topic for r in out} == {"p.completions"}
         assert out[0].headers == headers  # the watch reads received-at from them
         assert list(out[0].asDict()) == field_names(OUTPUT)
-    assert handle.state.value == (4,)
-    assert handle.state.calls == 4  # one read and one write per device and batch
+    assert handle.state.value is not None
+    assert json.loads(handle.state.value[0]) == {"d1": 4}
+    assert handle.state.calls == 4  # one read and one write per key and batch
+
+
+def test_keyed_by_bucket_it_counts_each_device_of_the_bucket() -> None:
+    floor, handle = FloorProcessor("p.completions", "p.master"), _Handle()
+    floor.init(handle)  # type: ignore[arg-type]
+    rows = [(5, "t", d, "p.ingest.telemetry", 0, i, b"x", []) for i, d in enumerate("aab")]
+    out = list(floor.handleInputRows((5,), iter(rows), _Timers()))  # type: ignore[arg-type]
+    assert [r.key for r in out] == [b"a", b"a", b"b"]
+    assert handle.state.value is not None
+    assert json.loads(handle.state.value[0]) == {"a": 2, "b": 1}
+    assert handle.state.calls == 2
