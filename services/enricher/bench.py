@@ -56,9 +56,10 @@ def _producer(bootstrap: str) -> Any:
     )
 
 
-def _record(
+def telemetry_record(
     i: int, devices: int, run: str, received_ms: int
 ) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """Return record ``i`` of a run as ingest writes it: (key, envelope bytes, headers)."""
     device = f"dev-{i % devices:05d}"
     mid = f"{run}-{i}"
     payload = b'{"temp_c": %d.5, "hum_pct": 40.1}' % (i % 40)
@@ -85,7 +86,7 @@ def fill_backlog(bootstrap: str, topic: str, n: int, devices: int, run: str) -> 
     p = _producer(bootstrap)
     now = int(time.time() * 1000)
     for i in range(n):
-        key, value, headers = _record(i, devices, run, now)
+        key, value, headers = telemetry_record(i, devices, run, now)
         while True:
             try:
                 p.produce(topic, value=value, key=key, headers=headers)
@@ -230,7 +231,7 @@ def bench_fleet(
         due = int((time.perf_counter() - start) * rate)
         now_ms = int(time.time() * 1000)
         while sent < due:
-            key, value, headers = _record(n + sent, devices, run, now_ms)
+            key, value, headers = telemetry_record(n + sent, devices, run, now_ms)
             try:
                 p.produce(topics.ingest[0], value=value, key=key, headers=headers)
             except BufferError:

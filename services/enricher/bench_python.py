@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from headwater.enricher.bench import _record
+from headwater.enricher.bench import telemetry_record
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import DeviceProcessor, DeviceValue, Policy
 
@@ -95,7 +95,7 @@ def batch(run: str, messages: int, devices: int, topic: str, now_ms: int) -> dic
     """Return one micro-batch of keyed rows (``schema.KEYED``) by device, fresh message ids."""
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for i in range(messages):
-        key, value, headers = _record(i, devices, run, now_ms)
+        key, value, headers = telemetry_record(i, devices, run, now_ms)
         device = key.decode()
         hdrs = [{"key": k, "value": v} for k, v in headers]  # as PySpark hands structs over
         rows.setdefault(device, []).append(("bench", device, topic, 0, i, value, hdrs))
@@ -115,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
 
     topics = EnricherTopics.with_prefix("bench.")
     policy = Policy(
-        topics=topics, max_attempts=3, backoff_ms=1000, backoff_max_ms=60_000,
+        topics=topics,
+        max_attempts=3,
+        backoff_ms=1000,
+        backoff_max_ms=60_000,
         dedup_window_ms=3_600_000,
-    )  # fmt: skip
+    )
     processor = DeviceProcessor(policy)
     processor.init(_Handle())  # type: ignore[arg-type]
     now = int(time.time() * 1000)

@@ -1,10 +1,13 @@
-"""The benchmark's keyed-state floor does the enricher's state calls and nothing else."""
+"""The benchmarks' own parts: the keyed-state floor and the per-message Python measurement."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
+from headwater.enricher import bench_python
 from headwater.enricher.bench_floor import FloorProcessor
 from headwater.enricher.schema import OUTPUT, field_names
 
@@ -65,3 +68,12 @@ def test_keyed_by_bucket_it_counts_each_device_of_the_bucket() -> None:
     assert handle.state.value is not None
     assert json.loads(handle.state.value[0]) == {"a": 2, "b": 1}
     assert handle.state.calls == 2
+
+
+def test_bench_python_runs_the_processor_and_reports_per_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench_python.main(["--devices", "5", "--messages", "50", "--repeat", "2"]) == 0
+    line = capsys.readouterr().out.strip()
+    # Each message is enriched (one event and one completion), plus a snapshot per device.
+    assert line.startswith("50 messages of 5 devices -> 105 rows: min "), line
