@@ -7,9 +7,16 @@ or an interactive confirmation.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from headwater.kafka_check import connected_admin
@@ -81,8 +88,38 @@ def log_offsets(
     return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
 
+#: Answers of a group coordinator that is not ready yet (a broker that has just started,
+#: a coordinator that moved): asked again until it is, within ``_TIMEOUT``.
+_COORDINATOR_NOT_READY = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+}
+
+
+def _await_coordinator(admin: AdminClient, group: str) -> None:
+    """Return once the group's coordinator answers (raise its error after ``_TIMEOUT``).
+
+    librdkafka 2.16 crashes the whole process (SIGSEGV) when a ListConsumerGroupOffsets
+    answer is "coordinator load in progress", as right after a broker starts, while
+    DescribeConsumerGroups reports the same as an error: so that is asked first.
+    """
+    deadline = time.monotonic() + _TIMEOUT
+    while True:
+        try:
+            admin.describe_consumer_groups([group])[group].result()
+            return
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            ready_soon = isinstance(error, KafkaError) and error.code() in _COORDINATOR_NOT_READY
+            if not ready_soon or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
     """Return the group's committed offsets by (topic, partition)."""
+    _await_coordinator(admin, group)
     future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
     return {
         (tp.topic, tp.partition): tp.offset
