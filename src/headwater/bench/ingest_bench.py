@@ -116,19 +116,6 @@ def run_echo_server(port: int) -> None:
     asyncio.run(serve())
 
 
-async def _wait_ready(channel: grpc.aio.Channel, request: bytes, within_s: float = 30) -> None:
-    call = channel.unary_unary(loadgen.PUBLISH)
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if loadgen.failed_in(await call(request, timeout=2)) == 0:
-                return
-        except grpc.aio.AioRpcError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError("the ingest server did not answer OK within 30 s")
-
-
 class _Run:
     """Shared state of one run: servers, channels and the options."""
 
@@ -306,7 +293,7 @@ class _Run:
         CPU beyond its OK calls' share is what its refusals cost.
         """
         o, n = self.opts, self.opts.batch_size
-        await _wait_ready(self.ingest, batches[2], within_s=30)
+        await _first_ok(self.ingest, batches[2], within_s=30)
         await asyncio.sleep(2.0)  # let the previous window's memory settle
         before = server_proc.status_mb(self.pid, "VmRSS")
         server_proc.reset_peak(self.pid)
@@ -564,7 +551,7 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
             grpc.aio.insecure_channel(f"127.0.0.1:{echo_port}") as echo,
         ):
             warm = make_records(64, 200)
-            await _wait_ready(ingest, length_field(1, warm[0][1]))
+            await _first_ok(ingest, length_field(1, warm[0][1]))
             await asyncio.wait_for(echo.channel_ready(), 30)
             await loadgen.unary_load(  # warm up connections and code paths
                 ingest,

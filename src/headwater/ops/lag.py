@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from headwater.ops.checkpoint import read_checkpoint
-from headwater.ops.offsets import PartitionOffsets, log_offsets, show
+from headwater.ops.offsets import PartitionOffsets, positions, show
 
 # The consumer signals shown next to the lag, computed from the enricher's counter and
 # histograms (re-exported: the CLI imports them from here).
@@ -57,9 +57,9 @@ def enricher_group() -> str:
 
 def group_lag(admin: AdminClient, group: str, topics: list[str] | None = None) -> GroupLag:
     """Return the lag of ``group`` on ``topics`` (default: the topics it committed)."""
-    # Before any group committed anything the cluster has no offsets topic, and asking for
-    # a group's offsets then crashes the process (librdkafka 2.16, seen on a fresh broker);
-    # there is nothing to show anyway.
+    # Before any group committed anything the cluster has no offsets topic: there is nothing
+    # to show, and asking would only make the broker create it (offsets.committed_offsets
+    # waits for the coordinator that then loads it).
     if _OFFSETS_TOPIC not in admin.list_topics(timeout=_TIMEOUT_S).topics:
         return GroupLag(group, [])
     return GroupLag(group, show(admin, group, topics))
@@ -88,16 +88,4 @@ def checkpoint_lag(
         if t in metadata
         for p in sorted(metadata[t].partitions)
     ]
-    first = log_offsets(admin, partitions, OffsetSpec.earliest())
-    end = log_offsets(admin, partitions, OffsetSpec.latest())
-    rows = [
-        PartitionOffsets(
-            tp.topic,
-            tp.partition,
-            starts.get((tp.topic, tp.partition)),
-            first[(tp.topic, tp.partition)],
-            end[(tp.topic, tp.partition)],
-        )
-        for tp in partitions
-    ]
-    return GroupLag(f"checkpoint:{view.location}", rows)
+    return GroupLag(f"checkpoint:{view.location}", positions(admin, partitions, starts))

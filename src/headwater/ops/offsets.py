@@ -132,7 +132,13 @@ def show(admin: AdminClient, group: str, topics: list[str] | None = None) -> lis
     """Return the group's position in every partition of ``topics`` (default: committed)."""
     committed = committed_offsets(admin, group)
     wanted = topics or sorted({t for t, _ in committed})
-    partitions = _partitions(admin, wanted) if wanted else []
+    return positions(admin, _partitions(admin, wanted) if wanted else [], committed)
+
+
+def positions(
+    admin: AdminClient, partitions: list[TopicPartition], committed: dict[tuple[str, int], int]
+) -> list[PartitionOffsets]:
+    """Return ``committed`` (by topic and partition) against each partition's log start and end."""
     start = log_offsets(admin, partitions, OffsetSpec.earliest())
     end = log_offsets(admin, partitions, OffsetSpec.latest())
     return [
