@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import grpc
 import pytest
 
 SCENARIOS = {
@@ -66,6 +67,8 @@ def test_scenarios_report_every_section(kafka_bootstrap: str, writer: str) -> No
     )
     assert report["options"]["writer"] == writer
     assert report["machine_at_start"]["nproc"] >= 1
+    # The server's gRPC is part of the result (its transport changes the overload figures).
+    assert report["grpc"]["version"] == grpc.__version__
     rows = {r["key"]: r for r in report["results"]}
     assert set(rows) == SCENARIOS
     for row in rows.values():

@@ -107,6 +107,11 @@ def render(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _grpc(grpc: dict[str, Any]) -> str:
+    experiments = grpc["experiments"]
+    return grpc["version"] + (f" (GRPC_EXPERIMENTS={experiments})" if experiments else "")
+
+
 def print_report(report: dict[str, Any]) -> None:
     """Print the report as tables."""
     m = report["machine_at_start"]
@@ -114,7 +119,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, Python "
         f"{m['python']}; load average {m['loadavg']} at start, "
         f"{report['machine_at_end']['loadavg']} at end; broker: {report['broker']}; "
-        f"server writer: {report['options']['writer']}"
+        f"server writer: {report['options']['writer']}; gRPC {_grpc(report['grpc'])}"
     )
     if report["results"]:
         print()

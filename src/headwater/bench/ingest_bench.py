@@ -525,6 +525,9 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
         "command": " ".join(["headwater", *sys.argv[1:]]) if sys.argv else "",
         "machine_at_start": machine(),
         "options": asdict(opts),
+        # The server's gRPC: the overload figures depend on its transport (docs/benchmarks.md,
+        # "The gRPC transport"), which GRPC_EXPERIMENTS in the environment can change.
+        "grpc": {"version": grpc.__version__, "experiments": os.environ.get("GRPC_EXPERIMENTS")},
     }
     broker = None if bootstrap else EmbeddedBroker().start()
     servers = bootstrap or (broker.bootstrap_servers if broker else "")
