@@ -17,6 +17,7 @@ from headwater import record_headers as rh
 from headwater.enricher.arrowsafe import sanitize
 from headwater.enricher.normalize import normalize_message
 from headwater.enricher.schema import DECODED_FIELDS, NORMALIZED_FIELDS, field_names
+from headwater.enricher.timestamps import ms_of
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import split_scoped_key
@@ -98,8 +99,7 @@ def decode_record(
         "device_id": msg.device_id,
         "device_key": msg.device_id,
         "content_type": msg.content_type,
-        # Timestamp.ToMilliseconds, written out (the library's is Python code).
-        "device_time_ms": msg.device_time.seconds * 1000 + msg.device_time.nanos // 1_000_000,
+        "device_time_ms": ms_of(msg.device_time),
         "sequence": int(msg.sequence),
         "payload": msg.payload,
     }

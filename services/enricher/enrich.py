@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
-from headwater.enricher.route import set_ms
+from headwater.enricher.timestamps import set_ms
 from headwater.proto.events.v1 import event_pb2
 
 #: Fixed namespace of event ids: uuid5(namespace, name) is stable on replay.

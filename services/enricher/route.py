@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from headwater import record_headers as rh
 from headwater.enricher.decode import headers_of
 from headwater.enricher.settings import EnricherTopics
+from headwater.enricher.timestamps import timestamp
 from headwater.proto.events.v1 import (
     completion_pb2,
     dead_letter_pb2,
@@ -26,19 +25,6 @@ from headwater.topics import scoped_key
 Row = dict[str, Any]
 #: Headers carried from the ingest record to everything derived from it (trace context).
 PASSTHROUGH = (rh.MESSAGE_ID, rh.TENANT, rh.RECEIVED_AT_MS, rh.TRACEPARENT, rh.TRACESTATE)
-
-
-def set_ms(ts: Timestamp, ms: int) -> None:
-    """Set ``ts`` to ``ms`` since the epoch, as ``Timestamp.FromMilliseconds`` does.
-
-    Written out because the library's version is Python code run several times per message.
-    """
-    ts.seconds, ts.nanos = ms // 1000, ms % 1000 * 1_000_000
-
-
-def _ts(ms: int) -> Timestamp:
-    ms = int(ms)
-    return Timestamp(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
 
 
 def passthrough(msg: dict[str, Any]) -> list[Row]:
@@ -102,7 +88,7 @@ def completion(
         source=source_of(msg),
         reason=reason,
         attempt=attempt,
-        completed_time=_ts(batch_ms),
+        completed_time=timestamp(batch_ms),
         tenant=msg["tenant"] or "",
     )
     return _row(
@@ -157,7 +143,9 @@ def redrive_history(headers: Any) -> list[dead_letter_pb2.Redrive]:
     why = [v.decode("utf-8", "replace") for k, v in pairs if k == rh.REDRIVE_REASON]
     at = [v for k, v in pairs if k == rh.REDRIVE_AT_MS]
     return [
-        dead_letter_pb2.Redrive(by=b, reason=r, redriven_time=_ts(int(t) if t.isdigit() else 0))
+        dead_letter_pb2.Redrive(
+            by=b, reason=r, redriven_time=timestamp(int(t) if t.isdigit() else 0)
+        )
         for b, r, t in zip(by, why, at, strict=False)
     ]
 
@@ -185,7 +173,7 @@ def dead_letter(
         error_class=error_class or msg["error_class"] or "",
         error_message=error_message or msg["error_message"] or "",
         attempts=attempts,
-        dead_lettered_time=_ts(batch_ms),
+        dead_lettered_time=timestamp(batch_ms),
         redrives=redrive_history(msg["headers"]),
     )
     return _row(
@@ -209,7 +197,7 @@ def parked(
         original_value=msg["value"] or b"",
         original_headers=_original_headers(msg["headers"]),
         attempt=attempt,
-        not_before=_ts(not_before_ms),
+        not_before=timestamp(not_before_ms),
         reason=reason,
     )
     value = p.SerializeToString()

@@ -42,6 +42,7 @@ from headwater.enricher.normalize import normalize_message
 from headwater.enricher.profile import TaskProfile
 from headwater.enricher.schema import OUTPUT
 from headwater.enricher.settings import EnricherTopics
+from headwater.enricher.timestamps import set_ms
 from headwater.proto.events.v1 import completion_pb2 as cpb
 from headwater.proto.events.v1 import device_state_pb2, parked_message_pb2
 
@@ -426,8 +427,8 @@ class _Snapshot:
             last_message_id=self.last_id,
             latest_values_dropped=self.dropped,
         )
-        route.set_ms(s.last_seen_time, self.last_seen_ms)
-        route.set_ms(s.updated_time, now_ms)
+        set_ms(s.last_seen_time, self.last_seen_ms)
+        set_ms(s.updated_time, now_ms)
         for name in sorted(self.latest):
             value, unit = self.latest[name]
             s.latest_values.add(name=name, value=value, unit=unit)

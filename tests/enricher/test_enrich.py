@@ -11,9 +11,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from headwater.enricher.decode import key_columns
 from headwater.enricher.enrich import EVENT_ID_NAMESPACE, build_events, event_id
-from headwater.enricher.route import set_ms
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import Policy, process_devices
+from headwater.enricher.timestamps import ms_of, set_ms
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from tests.enricher.kafkatools import ACME, ALARM, Msg, acme, envelope, ingest_headers
@@ -139,10 +139,10 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
 
 
 @pytest.mark.parametrize("ms", [0, 1, -1, -1001, 999, 1_700_000_000_123, -62_135_596_800_000])
-def test_set_ms_matches_timestamp_from_milliseconds(ms: int) -> None:
+def test_timestamps_match_the_protobuf_library(ms: int) -> None:
     expected = Timestamp()
     expected.FromMilliseconds(ms)
     written = Timestamp()
     set_ms(written, ms)
     assert written == expected
-    assert written.seconds * 1000 + written.nanos // 1_000_000 == expected.ToMilliseconds()
+    assert ms_of(written) == expected.ToMilliseconds()
