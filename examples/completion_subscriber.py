@@ -29,7 +29,7 @@ import signal
 import sqlite3
 
 from headwater.contracts import Completion, Outcome
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber import (
     Delivery,
     SqliteDedup,

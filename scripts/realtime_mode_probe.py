@@ -16,8 +16,8 @@ import time
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.enricher import job
 from headwater.enricher.settings import EnricherSettings, EnricherTopics
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
 from tests.enricher.kafkatools import ACME, Msg, acme, ingest, master, read_all
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from headwater.devstack.broker import EmbeddedBroker
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.topics import TopicSpec
 
 

@@ -41,8 +41,8 @@ from headwater import record_headers as rh
 from headwater.enricher import profile
 from headwater.enricher.metrics import percentile
 from headwater.enricher.settings import EnricherSettings, EnricherTopics
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import TopicSpec, scoped_key

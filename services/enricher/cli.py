@@ -31,7 +31,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``enricher`` command group."""
     from headwater.enricher.settings import EnricherSettings
-    from headwater.startup import EnvHelpFormatter, env_help
+    from headwater.runtime.startup import EnvHelpFormatter, env_help
 
     enricher = subparsers.add_parser(
         "enricher",
@@ -83,8 +83,8 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str] | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from headwater.logs import configure_logging
-    from headwater.startup import require_java
+    from headwater.runtime.logs import configure_logging
+    from headwater.runtime.startup import require_java
 
     configure_logging()
     # SettingError and StartupError end in one line on stderr (headwater.cli.main).

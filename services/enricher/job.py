@@ -17,12 +17,12 @@ from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from headwater import jvm
 from headwater.enricher.decode import key_columns
 from headwater.enricher.errors import StartingOffsetsRequiredError
 from headwater.enricher.kafka_sink import KafkaSinkDataSource
 from headwater.enricher.settings import EnricherSettings
 from headwater.enricher.state import Policy, process_devices
+from headwater.runtime import jvm
 
 log = logging.getLogger(__name__)
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -26,7 +26,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from pyspark.sql.streaming import StreamingQueryListener
 
 from headwater.enricher.kafka_sink import BYTES
-from headwater.telemetry import SECONDS_BUCKETS
+from headwater.runtime.telemetry import SECONDS_BUCKETS
 
 
 def lag_by_topic(source: dict[str, Any]) -> dict[str, int]:

@@ -32,7 +32,7 @@ def run_enricher(
     from headwater.enricher import job
     from headwater.enricher.metrics import EnricherListener
     from headwater.enricher.progress_offsets import from_settings as progress_listener
-    from headwater.telemetry import create_telemetry
+    from headwater.runtime.telemetry import create_telemetry
 
     telemetry = create_telemetry("headwater-enricher", prometheus_port=settings.metrics_port)
     stats = os.path.join(tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl")

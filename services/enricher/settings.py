@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import headwater.topics as t
-from headwater.kafka_settings import KafkaSettings
-from headwater.settings_env import SettingError, env_int, env_str
+from headwater.kafka.settings import KafkaSettings
+from headwater.runtime.env import SettingError, env_int, env_str
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}

@@ -24,7 +24,7 @@ TOKEN_BYTES = 32
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ingest`` command group."""
     from headwater.ingest.settings import IngestSettings
-    from headwater.startup import EnvHelpFormatter, env_help
+    from headwater.runtime.startup import EnvHelpFormatter, env_help
 
     ingest = subparsers.add_parser(
         "ingest",
@@ -77,7 +77,7 @@ def preflight(settings: IngestSettings) -> None:
     The tokens file must parse (a server that would refuse every gateway is not started);
     TLS files must be readable and hold PEM.
     """
-    from headwater.startup import StartupError, require_readable
+    from headwater.runtime.startup import StartupError, require_readable
 
     files = (
         ("HEADWATER_INGEST_TLS_CERT_FILE", settings.tls_cert_file),
@@ -99,7 +99,7 @@ def _check_tokens_file(path: str) -> None:
     import yaml
 
     from headwater.ingest.auth import parse_tokens
-    from headwater.startup import StartupError, require_readable
+    from headwater.runtime.startup import StartupError, require_readable
 
     name = "HEADWATER_INGEST_TOKENS_FILE"
     require_readable(name, path)
@@ -116,7 +116,7 @@ def _check_tokens_file(path: str) -> None:
 def _serve(_args: argparse.Namespace) -> int:
     from headwater.ingest.server import serve
     from headwater.ingest.settings import IngestSettings
-    from headwater.logs import configure_logging
+    from headwater.runtime.logs import configure_logging
 
     configure_logging()
     # SettingError and StartupError end in one line (headwater.cli.main).

@@ -27,8 +27,8 @@ from aiokafka import errors as kafka_errors
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from headwater.ingest.producer import Headers
-from headwater.kafka_check import explain
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.diagnose import explain
+from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

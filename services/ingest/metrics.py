@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from opentelemetry.metrics import Meter, Observation
 
-from headwater.telemetry import SECONDS_BUCKETS
-from headwater.telemetry_conventions import rpc_metric_attributes
+from headwater.runtime.conventions import rpc_metric_attributes
+from headwater.runtime.telemetry import SECONDS_BUCKETS
 
 
 class IngestMetrics:

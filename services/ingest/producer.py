@@ -15,7 +15,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

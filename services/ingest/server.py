@@ -24,12 +24,12 @@ from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
+from headwater.ingest.reflection import enable_reflection
 from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.tls import RotatingCertificates
 from headwater.proto.ingest.v1 import ingest_service_pb2
-from headwater.reflection import enable_reflection
-from headwater.telemetry import Telemetry, create_telemetry
+from headwater.runtime.telemetry import Telemetry, create_telemetry
 
 log = logging.getLogger(__name__)
 _SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -22,7 +22,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Tracer
 
 from headwater import record_headers as rh
-from headwater.ingest import wire
+from headwater import wire
 from headwater.ingest.admission import Admission, Ticket
 from headwater.ingest.auth import Authenticator, Gateway, check_device
 from headwater.ingest.errors import (
@@ -42,7 +42,7 @@ from headwater.ingest.status import to_rpc_status as rpc_status_of
 from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.telemetry_conventions import (
+from headwater.runtime.conventions import (
     messaging_attributes,
     record_position_attributes,
     rpc_attributes,

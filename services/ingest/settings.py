@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from headwater.kafka_settings import KafkaSettings
-from headwater.settings_env import SettingError, env_bool, env_float, env_int, env_str
+from headwater.kafka.settings import KafkaSettings
+from headwater.runtime.env import SettingError, env_bool, env_float, env_int, env_str
 
 #: The contract's own ceiling (proto field rules); settings may only lower it.
 CONTRACT_MAX_PAYLOAD_BYTES = 262_144

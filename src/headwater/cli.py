@@ -6,7 +6,7 @@ works with any extra installed. A group whose package needs an extra that is not
 installed is still listed; running it says which extra to install.
 
 A command that cannot start (a bad setting, a missing file, no Java) ends with one line
-on stderr and exit status 2, not a traceback (:class:`headwater.startup.StartupError`).
+on stderr and exit status 2, not a traceback (:class:`headwater.runtime.startup.StartupError`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ COMMAND_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("headwater.ingest.cli", "ingest", ("ingest",)),
     ("headwater.enricher.cli", "enricher", ("enricher",)),
     ("headwater.enricher.normalize_cli", "enricher", ("normalize",)),
-    ("headwater.topics_cli", "ops", ("topics",)),
+    ("headwater.ops.topics", "ops", ("topics",)),
     ("headwater.ops.cli", "ops", ("dlq", "offsets", "lag", "status")),
     ("headwater.master.cli", "ops", ("master",)),
     ("headwater.gateway.cli", "gateway", ("gateway",)),
@@ -89,9 +89,9 @@ def _missing(name: str, extra: str, module: str) -> Callable[[argparse.Namespace
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``headwater`` command; start-up failures end in one line on stderr, exit 2."""
-    from headwater.jvm import JvmSetupError
-    from headwater.settings_env import SettingError
-    from headwater.startup import StartupError
+    from headwater.runtime.env import SettingError
+    from headwater.runtime.jvm import JvmSetupError
+    from headwater.runtime.startup import StartupError
 
     args = build_parser().parse_args(argv)
     try:

@@ -16,7 +16,7 @@ from headwater.cli import main
 from headwater.enricher.settings import EnricherSettings
 from headwater.ingest.auth import hash_token, parse_tokens
 from headwater.ingest.settings import IngestSettings
-from headwater.startup import settings_variables
+from headwater.runtime.startup import settings_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADWATER = [sys.executable, "-m", "headwater.cli"]
@@ -175,7 +175,7 @@ def test_enricher_help_lists_its_settings_and_kafkas():
 
 def test_settings_variables_follow_the_code_not_a_copy():
     def from_env(env):
-        from headwater.settings_env import env_int, env_str
+        from headwater.runtime.env import env_int, env_str
 
         return env_str(env, "HEADWATER_X_A", "a"), env_int(env, "HEADWATER_X_B", 3)
 

@@ -7,7 +7,7 @@ import logging
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from headwater.logs import JsonFormatter
+from headwater.runtime.logs import JsonFormatter
 
 
 def test_log_line_is_json_with_trace_id_and_extras():

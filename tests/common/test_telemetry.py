@@ -1,4 +1,4 @@
-"""headwater.telemetry: the resource, and the standard OTEL_* variables honoured for real.
+"""headwater.runtime.telemetry: the resource, and the standard OTEL_* variables honoured for real.
 
 The OTLP test runs a real OTLP/gRPC receiver on loopback and checks what arrives.
 """
@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
 from headwater.ingest.metrics import IngestMetrics
-from headwater.telemetry import (
+from headwater.runtime.telemetry import (
     TelemetryConfigError,
     build_resource,
     create_telemetry,
@@ -132,7 +132,7 @@ def test_sampler_comes_from_the_standard_variables(monkeypatch, sampler, arg, sa
 def test_console_exporter_prints_spans_with_the_resource():
     # In a child process: the console exporter writes to the stdout it was made with.
     code = (
-        "from headwater.telemetry import create_telemetry\n"
+        "from headwater.runtime.telemetry import create_telemetry\n"
         "t = create_telemetry('headwater-test')\n"
         "with t.tracer_provider.get_tracer('t').start_as_current_span('hello'):\n"
         "    pass\n"

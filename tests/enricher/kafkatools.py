@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.enricher.settings import EnricherTopics
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import TopicSpec, scoped_key

@@ -11,7 +11,7 @@ import pytest
 from headwater.enricher.cli import register, settings_from_args
 from headwater.enricher.errors import StartingOffsetsRequiredError
 from headwater.enricher.settings import EnricherSettings, parse_duration
-from headwater.settings_env import SettingError
+from headwater.runtime.env import SettingError
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -15,8 +15,8 @@ from headwater.devstack.broker import EmbeddedBroker
 from headwater.enricher import job
 from headwater.enricher.errors import explain_failure
 from headwater.enricher.settings import EnricherSettings
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
 from tests.enricher.kafkatools import (
     ACME,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from headwater.enricher.births import Definitions, apply_to_row
 from headwater.enricher.formats import REGISTRY, NormalizeError
 from headwater.enricher.normalize import normalize_message
-from headwater.protowire import length_field, varint, varint_field
+from headwater.wire import length_field, varint, varint_field
 
 FORMATS = sorted(REGISTRY)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,7 @@ import pytest
 from headwater.enricher import job
 from headwater.enricher.enrich import event_id
 from headwater.enricher.settings import EnricherSettings, EnricherTopics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.events.v1 import (
     dead_letter_pb2,
     device_state_pb2,

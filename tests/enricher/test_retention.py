@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from headwater.enricher.runner import run_enricher
 from headwater.enricher.settings import EnricherSettings
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from tests.enricher.kafkatools import (
     ACME,
     TERMINAL,

@@ -14,7 +14,7 @@ import pytest
 
 from headwater.enricher import job
 from headwater.enricher.settings import EnricherSettings
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from tests.enricher.kafkatools import (
     ACME,
     TERMINAL,

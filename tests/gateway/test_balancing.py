@@ -19,7 +19,7 @@ from headwater.gateway.client import GatewayClient
 from headwater.gateway.spool import Spool
 from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
-from headwater.telemetry import create_telemetry
+from headwater.runtime.telemetry import create_telemetry
 
 from .conftest import CT, config, in_kafka, metric_points
 

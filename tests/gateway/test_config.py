@@ -8,7 +8,7 @@ import pytest
 
 from headwater.gateway.channel import SERVICE_CONFIG, channel_options
 from headwater.gateway.config import GatewayConfig, TlsConfig
-from headwater.settings_env import SettingError
+from headwater.runtime.env import SettingError
 
 
 def test_secrets_never_show_in_repr() -> None:

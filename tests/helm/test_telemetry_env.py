@@ -1,7 +1,7 @@
 """The chart gives every Headwater process its pod, namespace and node (downward API).
 
 The processes turn them into the OpenTelemetry resource (``service.instance.id``,
-``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; see headwater.telemetry).
+``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; see headwater.runtime.telemetry).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from headwater.telemetry import K8S_ENV
+from headwater.runtime.telemetry import K8S_ENV
 
 from .conftest import VALUES_SETS, render
 
@@ -35,7 +35,7 @@ def _containers_env(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, A
 def test_every_process_gets_pod_namespace_and_node_from_the_downward_api(values):
     envs = _containers_env(render(VALUES_SETS[values]))
     assert envs, "no Deployment or SparkApplication rendered"
-    assert set(FIELDS) == set(K8S_ENV), "the chart and headwater.telemetry disagree"
+    assert set(FIELDS) == set(K8S_ENV), "the chart and headwater.runtime.telemetry disagree"
     for where, env in envs.items():
         refs = {
             e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]

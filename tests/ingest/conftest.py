@@ -19,11 +19,11 @@ from grpc_status import rpc_status
 from headwater.ingest.auth import hash_token
 from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
-from headwater.telemetry import create_telemetry
+from headwater.runtime.telemetry import create_telemetry
 from headwater.topics import INGEST_TOPICS, TopicSpec
 
 TOKENS = {"gw-a": "token-a", "gw-b": "token-b", "gw-revoked": "token-r"}

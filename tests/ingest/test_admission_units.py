@@ -17,7 +17,7 @@ from headwater.ingest.auth import ANONYMOUS, Gateway, TokensFileError, parse_tok
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import GATEWAY_FRAME_TIMEOUT_SECONDS, IngestSettings
-from headwater.settings_env import SettingError
+from headwater.runtime.env import SettingError
 
 
 class Clock:

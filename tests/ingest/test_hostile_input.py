@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 from headwater.devstack.broker import free_port
 from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
-from headwater.telemetry import create_telemetry
+from headwater.runtime.telemetry import create_telemetry
 
 from .conftest import TOKENS_YAML, bearer, device_message
 

@@ -14,7 +14,7 @@ from headwater.ingest import status
 from headwater.ingest.errors import BrokerTimeoutError, OverloadedError
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.settings_env import SettingError
+from headwater.runtime.env import SettingError
 
 from .conftest import bearer, details_of, device_message
 

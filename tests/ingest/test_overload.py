@@ -24,7 +24,7 @@ from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.devstack.readback import read_topic
 from headwater.ingest.auth import hash_token
 from headwater.ingest.settings import IngestSettings
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 

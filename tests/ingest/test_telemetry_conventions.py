@@ -22,7 +22,7 @@ from headwater.ingest.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
-from headwater.telemetry import create_telemetry
+from headwater.runtime.telemetry import create_telemetry
 
 from .conftest import bearer, device_message
 

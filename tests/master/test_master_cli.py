@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from headwater.cli import main
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import MASTER_DEVICES_TOPIC, TopicSpec
 

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from headwater.devstack.readback import read_topic
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.ops import dlq
 from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2

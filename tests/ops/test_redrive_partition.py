@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 
 from headwater.devstack.readback import read_topic
 from headwater.ingest.confluent_writer import ConfluentWriter
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import PARTITIONER, KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import PARTITIONER, KafkaSettings
 from headwater.ops import dlq
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from headwater.topics import TopicSpec

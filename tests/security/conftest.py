@@ -2,7 +2,7 @@
 
 The broker is the embedded one with two more client listeners; the CA, the broker's and a
 client's certificates are made here for the run. Clients get ``KafkaSettings`` exactly as
-production reads them from ``HEADWATER_KAFKA_*`` (``settings_env``), so the test goes
+production reads them from ``HEADWATER_KAFKA_*`` (``headwater.runtime.env``), so the test goes
 through the same translation into librdkafka, aiokafka and Java properties.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from tests.ingest.tls_certs import Pem, issue, make_ca
 
 USER = "headwater-test"

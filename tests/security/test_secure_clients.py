@@ -18,8 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater.cli import main
 from headwater.devstack.readback import read_topic
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from headwater.subscriber import Delivery, Subscriber, SubscriberSettings, decode_completion
 from headwater.topics import INGEST_TOPICS, TopicSpec, all_topics
@@ -286,7 +286,7 @@ async def test_wrong_ca_names_the_setting(secure_kafka, listener):
 
 
 def test_mtls_listener_refuses_a_client_without_certificate(secure_kafka):
-    from headwater.kafka_check import KafkaSetupError, connected_admin
+    from headwater.kafka.diagnose import KafkaSetupError, connected_admin
 
     anonymous = KafkaSettings(
         bootstrap_servers=secure_kafka.mtls,

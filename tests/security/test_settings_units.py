@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from headwater.kafka_check import explain
-from headwater.kafka_settings import PARTITIONER, KafkaSettings, default_instance
-from headwater.settings_env import SettingError
+from headwater.kafka.diagnose import explain
+from headwater.kafka.settings import PARTITIONER, KafkaSettings, default_instance
+from headwater.runtime.env import SettingError
 from tests.ingest.tls_certs import issue, make_ca
 
 

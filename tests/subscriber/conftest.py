@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from headwater.kafka_admin import ensure_topics
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.events.v1 import completion_pb2, event_pb2
 from headwater.subscriber import Subscriber, SubscriberSettings
 from headwater.topics import TopicSpec

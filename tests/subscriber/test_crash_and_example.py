@@ -30,7 +30,7 @@ ENV = os.environ | {
 # handled and recorded, not committed (a batch is committed when it is done).
 WORKER = """
 import asyncio, json, os, signal, sqlite3, sys
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber import SqliteDedup, Subscriber, SubscriberSettings, decode_completion
 
 bootstrap, topic, group, workdir, crash_at, total = sys.argv[1:7]

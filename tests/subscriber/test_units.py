@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from headwater.proto.events.v1 import completion_pb2, event_pb2
-from headwater.settings_env import SettingError
+from headwater.runtime.env import SettingError
 from headwater.subscriber import (
     Delivery,
     MemoryDedup,

@@ -30,11 +30,11 @@ from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome
 from headwater.gateway.ids import uuid7
 from headwater.gateway.spool import NewMessage, Spool
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.protowire import length_field, varint_field
 from headwater.topics import INGEST_TOPICS, TopicSpec
+from headwater.wire import length_field, varint_field
 
 CT = "application/vnd.acme.telemetry.v1+json"
 WINDOW = 4

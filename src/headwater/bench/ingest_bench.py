@@ -30,10 +30,10 @@ from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.auth import hash_token
 from headwater.ingest.settings import PRODUCERS
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
-from headwater.protowire import length_field
 from headwater.topics import INGEST_TOPICS, TopicSpec
+from headwater.wire import length_field
 
 ECHO_METHOD = "/headwater.bench.Echo/Echo"
 #: Offered load of the overload windows, as multiples of the capacity measured in the run.

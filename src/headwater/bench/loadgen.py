@@ -18,9 +18,9 @@ import grpc
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 
-from headwater.kafka_settings import PARTITIONER, resolve_kafka
+from headwater.kafka.settings import PARTITIONER, resolve_kafka
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.protowire import varint
+from headwater.wire import varint
 
 PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
 STREAM = "/headwater.ingest.v1.IngestService/StreamTelemetry"

@@ -78,7 +78,7 @@ def reset_peak(pid: int) -> bool:
 async def _serve() -> None:
     from headwater.ingest.server import IngestServer
     from headwater.ingest.settings import IngestSettings
-    from headwater.telemetry import create_telemetry
+    from headwater.runtime.telemetry import create_telemetry
 
     telemetry = create_telemetry("headwater-ingest-bench", set_global=True)
     server = IngestServer(IngestSettings.from_env(), telemetry=telemetry)

@@ -24,7 +24,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headwater import jvm
+from headwater.runtime import jvm
 
 KAFKA_VERSION = "4.4.0"
 #: One fixed cluster id: a data folder formatted once is reused by later starts.
@@ -194,7 +194,7 @@ class EmbeddedBroker:
 
         Raises:
             BrokerStartError: not ready within ``timeout`` seconds, or the process exited.
-            headwater.jvm.JvmSetupError: Java or the broker's jars are missing.
+            headwater.runtime.jvm.JvmSetupError: Java or the broker's jars are missing.
         """
         if self._proc is not None:
             return self

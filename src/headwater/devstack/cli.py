@@ -166,8 +166,8 @@ def _ports(args: argparse.Namespace) -> Ports:
 
 def _preflight(with_enricher: bool) -> None:
     """Fail at once, in one line, when Java or the jars are missing (not in a child's log)."""
-    from headwater import jvm
-    from headwater.startup import require_java
+    from headwater.runtime import jvm
+    from headwater.runtime.startup import require_java
 
     require_java("the dev stack (Apache Kafka" + (", Spark)" if with_enricher else ")"))
     jvm.jars(jvm.KAFKA_BROKER)  # JvmSetupError says how to install them
@@ -182,7 +182,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from headwater.devstack.supervisor import StackOptions, Supervisor
-    from headwater.logs import configure_logging
+    from headwater.runtime.logs import configure_logging
 
     configure_logging()
     _preflight(not args.no_enricher)
@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
     from headwater.devstack.stack import DevStackOptions, run_devstack
     from headwater.devstack.state import StackRunningError
     from headwater.devstack.summary import guarantees
-    from headwater.logs import configure_logging
+    from headwater.runtime.logs import configure_logging
 
     configure_logging("WARNING")
     _preflight(not args.no_enricher)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.kafka_settings import KafkaSettings, resolve_kafka
+from headwater.kafka.settings import KafkaSettings, resolve_kafka
 
 
 def read_topic(

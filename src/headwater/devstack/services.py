@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater.kafka_admin import ensure_topics
+from headwater.kafka.admin import ensure_topics
 from headwater.topics import all_topics
 
 #: The dev stack lowers the payload limit so that oversized messages are cheap to make.

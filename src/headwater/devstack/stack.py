@@ -37,10 +37,10 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.summary import build_summary, read_enriched, render
 from headwater.ingest.auth import hash_token
-from headwater.kafka_settings import resolve_kafka
-from headwater.logs import JsonFormatter
+from headwater.kafka.settings import resolve_kafka
 from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
+from headwater.runtime.logs import JsonFormatter
 from headwater.topics import INGEST_TOPICS, MASTER_DEVICES_TOPIC
 
 

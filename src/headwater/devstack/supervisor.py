@@ -34,7 +34,7 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.vendors import ACME_TELEMETRY
 from headwater.ingest.auth import hash_token
-from headwater.kafka_settings import resolve_kafka
+from headwater.kafka.settings import resolve_kafka
 from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import MASTER_DEVICES_TOPIC

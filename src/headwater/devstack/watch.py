@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartiti
 from google.protobuf import descriptor_pool, json_format, message_factory
 
 from headwater.contracts import TOPIC_MESSAGES
-from headwater.kafka_settings import resolve_kafka
+from headwater.kafka.settings import resolve_kafka
 from headwater.topics import COMPLETIONS_TOPIC, DEADLETTER_TOPIC, EVENT_TOPICS
 
 DEFAULT_TOPICS = [*EVENT_TOPICS.values(), COMPLETIONS_TOPIC, DEADLETTER_TOPIC]

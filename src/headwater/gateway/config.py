@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headwater.settings_env import SettingError, env_bool, env_float, env_int, env_str
+from headwater.runtime.env import SettingError, env_bool, env_float, env_int, env_str
 
 #: The ingest service's ceiling on messages per request (HEADWATER_INGEST_MAX_BATCH_MESSAGES).
 MAX_FRAME_MESSAGES = 500

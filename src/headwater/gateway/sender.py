@@ -34,7 +34,7 @@ from headwater.gateway.records import Pending
 from headwater.gateway.settle import Books
 from headwater.gateway.spool import Spool
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.protowire import length_field, varint_field
+from headwater.wire import length_field, varint_field
 
 log = logging.getLogger(__name__)
 

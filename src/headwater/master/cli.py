@@ -37,8 +37,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``master`` command group."""
-    from headwater.kafka_settings import KafkaSettings
-    from headwater.startup import EnvHelpFormatter, env_help
+    from headwater.kafka.settings import KafkaSettings
+    from headwater.runtime.startup import EnvHelpFormatter, env_help
 
     group = subparsers.add_parser(
         "master",
@@ -118,7 +118,7 @@ def _device(parser: argparse.ArgumentParser) -> None:
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from headwater.kafka_settings import resolve_kafka
+    from headwater.kafka.settings import resolve_kafka
 
     return resolve_kafka(args.bootstrap_servers)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import MASTER_DEVICES_TOPIC, scoped_key, split_scoped_key
 

@@ -19,8 +19,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from headwater.kafka_check import connected_admin
-from headwater.kafka_settings import KafkaSettings, resolve_kafka
+from headwater.kafka.diagnose import connected_admin
+from headwater.kafka.settings import KafkaSettings, resolve_kafka
 
 _TIMEOUT = 15
 
@@ -65,7 +65,7 @@ def admin_client(kafka: KafkaSettings | str) -> AdminClient:
     setting; an unreachable cluster fails at the first request, as callers expect.
 
     Raises:
-        headwater.kafka_check.KafkaSetupError: login or TLS refused (names the setting).
+        headwater.kafka.diagnose.KafkaSetupError: login or TLS refused (names the setting).
     """
     return connected_admin(resolve_kafka(kafka), "headwater-ops", _TIMEOUT, require=False)
 

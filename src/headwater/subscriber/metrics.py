@@ -12,7 +12,7 @@ from __future__ import annotations
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from headwater.telemetry import SECONDS_BUCKETS
+from headwater.runtime.telemetry import SECONDS_BUCKETS
 
 #: The results a record can end with; every record counts once in exactly one.
 RESULTS = ("handled", "duplicate", "parked")

@@ -13,7 +13,7 @@ import time
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber.errors import DeadLetterTopicError
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from headwater.settings_env import SettingError, env_float, env_int, env_str
+from headwater.runtime.env import SettingError, env_float, env_int, env_str
 from headwater.topics import COMPLETIONS_TOPIC
 
 #: Where a brand-new group may start; there is deliberately no default.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber.errors import StartPointRequiredError
 from headwater.subscriber.settings import SubscriberSettings
 

@@ -34,7 +34,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.structs import ConsumerRecord
 from opentelemetry.metrics import Meter
 
-from headwater.kafka_settings import KafkaSettings
+from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber.dedup import DedupStore, MemoryDedup
 from headwater.subscriber.errors import StartPointRequiredError
 from headwater.subscriber.messages import Decoder, Delivery, Handler, M

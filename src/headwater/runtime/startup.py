@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from headwater.settings_env import SettingError, recording
+from headwater.runtime.env import SettingError, recording
 
 #: Variables whose default is shown as a placeholder: it depends on the machine.
 _COMPUTED_DEFAULTS = {"HEADWATER_KAFKA_CLIENT_ID": "<role>-<pod name or host-pid>"}
@@ -76,7 +76,7 @@ def require_readable(setting: str, path: str) -> None:
 
 def require_java(what: str) -> str:
     """Return the ``java`` executable, or raise :class:`StartupError` saying ``what`` needs it."""
-    from headwater.jvm import JvmSetupError, java
+    from headwater.runtime.jvm import JvmSetupError, java
 
     try:
         return java()

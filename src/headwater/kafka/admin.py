@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
-from headwater.kafka_check import connected_admin
-from headwater.kafka_settings import KafkaSettings, resolve_kafka
+from headwater.kafka.diagnose import connected_admin
+from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.topics import TopicSpec
 
 
@@ -34,7 +34,7 @@ def ensure_topics(
         timeout: Seconds for each request.
 
     Raises:
-        headwater.kafka_check.KafkaSetupError: login or TLS refused (names the setting).
+        headwater.kafka.diagnose.KafkaSetupError: login or TLS refused (names the setting).
     """
     admin = connected_admin(resolve_kafka(kafka), "headwater-topics", timeout)
     existing = admin.list_topics(timeout=timeout).topics

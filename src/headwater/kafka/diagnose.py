@@ -15,8 +15,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from headwater.kafka_settings import ENV_CA, ENV_CERT, ENV_PASSWORD, KafkaSettings
-from headwater.settings_env import SettingError
+from headwater.kafka.settings import ENV_CA, ENV_CERT, ENV_PASSWORD, KafkaSettings
+from headwater.runtime.env import SettingError
 
 log = logging.getLogger("headwater.kafka")
 

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _ensure(args: argparse.Namespace) -> int:
-    from headwater.kafka_admin import ensure_topics
+    from headwater.kafka.admin import ensure_topics
     from headwater.topics import all_topics
 
     reports = ensure_topics(

@@ -1,10 +1,13 @@
-"""Split publish requests into the raw bytes of each DeviceMessage, without re-encoding.
+"""Protobuf wire format by hand, both halves: encode what we hold as bytes, split what we receive.
 
-The ingest topic must hold each device message exactly as the gateway sent it, so the
-request deserializer keeps the original byte slices of the repeated ``messages`` field
-(protobuf wire format: a length-delimited field may be copied verbatim). Parsing never
-raises: a malformed request becomes a RawFrame with ``error`` set, answered with
-INVALID_ARGUMENT by the servicer instead of an opaque INTERNAL from gRPC.
+Encode: the gateway sends spooled envelopes, and the benchmarks send prepared records, as
+they are; wrapping them in a request by bytes avoids parsing and re-encoding every message.
+
+Split: the ingest topic must hold each device message exactly as the gateway sent it, so
+ingest's request deserializer keeps the original byte slices of the repeated ``messages``
+field (a length-delimited field may be copied verbatim). Splitting never raises: a
+malformed request becomes a RawFrame with ``error`` set, answered with INVALID_ARGUMENT by
+the servicer instead of an opaque INTERNAL from gRPC.
 """
 
 from __future__ import annotations
@@ -86,3 +89,24 @@ def publish_deserializer(data: bytes) -> RawFrame:
 def stream_deserializer(data: bytes) -> RawFrame:
     """Deserialize a Stream*Request: ``frame_id`` is field 1, ``messages`` field 2."""
     return split_frame(data, messages_field=2, frame_id_field=1)
+
+
+# Encoding
+def varint(value: int) -> bytes:
+    """Encode a non-negative integer as a protobuf varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_field(number: int, data: bytes) -> bytes:
+    """Encode ``data`` as length-delimited field ``number``."""
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def varint_field(number: int, value: int) -> bytes:
+    """Encode ``value`` as varint field ``number``."""
+    return varint(number << 3) + varint(value)

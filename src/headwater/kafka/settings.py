@@ -1,0 +1,297 @@
+"""How every Headwater process connects to Kafka (``HEADWATER_KAFKA_*``).
+
+This is the one place that turns the settings into client properties: librdkafka
+(``confluent_kafka``), aiokafka and the Java client (Spark's connector). Every Kafka client in
+Headwater takes its security, ``client.id`` and (for producers of keyed records) partitioner
+from here, so a cluster that needs SASL_SSL or mTLS is configured once for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from headwater.runtime.env import SettingError, env_int, env_str
+
+#: The partitioner of every producer of keyed records. It is the Java client's (and
+#: aiokafka's) murmur2 hash, so a device's records land on one partition whichever client
+#: wrote them: ingest, the enricher's sink, ``dlq redrive``, master data. librdkafka's own
+#: default (consistent_random) hashes differently.
+PARTITIONER = "murmur2_random"
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+#: The settings named in errors, so a message says which variable to fix.
+ENV_PASSWORD = "HEADWATER_KAFKA_SASL_PASSWORD"
+ENV_CA = "HEADWATER_KAFKA_SSL_CA_LOCATION"
+ENV_CERT = "HEADWATER_KAFKA_SSL_CERTIFICATE_LOCATION"
+ENV_KEY = "HEADWATER_KAFKA_SSL_KEY_LOCATION"
+
+
+def default_instance(env: Mapping[str, str] | None = None) -> str:
+    """Return this process's name for ``client.id``: the pod name, else host and pid.
+
+    Kubernetes sets ``HOSTNAME`` to the pod name (``POD_NAME`` is the chart's downward-API
+    variable and wins); elsewhere several processes share a host, so the pid tells them apart.
+    """
+    env = os.environ if env is None else env
+    for name in ("POD_NAME", "HOSTNAME"):
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Connection, security and producer settings shared by every Kafka client."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    linger_ms: int = 5
+    compression_type: str = "none"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)  # a secret: never printed
+    #: CA bundle (PEM) the brokers' certificates are checked against; empty: the system's.
+    ssl_ca_location: str = ""
+    #: Client certificate (PEM, chain allowed) and its PKCS#8 key, for mTLS (Strimzi
+    #: ``authentication: tls``); both or neither.
+    ssl_certificate_location: str = ""
+    ssl_key_location: str = ""
+    ssl_key_password: str = field(default="", repr=False)
+    #: Overrides the generated ``client.id`` (``<role>-<instance>``) when set.
+    client_id: str = ""
+    #: This process's name in ``client.id`` (the pod name where there is one).
+    instance: str = field(default_factory=default_instance)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
+        """Read and check the settings from ``HEADWATER_KAFKA_*`` environment variables.
+
+        Raises:
+            SettingError: a value that cannot work, naming the variable.
+        """
+        env = os.environ if env is None else env
+        compression = env_str(env, "HEADWATER_KAFKA_COMPRESSION_TYPE", "none")
+        if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
+            raise SettingError(
+                f"HEADWATER_KAFKA_COMPRESSION_TYPE={compression!r}: use none, gzip, snappy, "
+                "lz4 or zstd"
+            )
+        protocol = env_str(env, "HEADWATER_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper()
+        if protocol not in PROTOCOLS:
+            raise SettingError(
+                f"HEADWATER_KAFKA_SECURITY_PROTOCOL={protocol!r}: use one of {', '.join(PROTOCOLS)}"
+            )
+        mechanism = env_str(env, "HEADWATER_KAFKA_SASL_MECHANISM", "").upper()
+        if mechanism and mechanism not in MECHANISMS:
+            raise SettingError(
+                f"HEADWATER_KAFKA_SASL_MECHANISM={mechanism!r}: use one of {', '.join(MECHANISMS)}"
+            )
+        if protocol.startswith("SASL_") and not mechanism:
+            raise SettingError(
+                f"HEADWATER_KAFKA_SECURITY_PROTOCOL={protocol} needs HEADWATER_KAFKA_SASL_MECHANISM"
+            )
+        username = env_str(env, "HEADWATER_KAFKA_SASL_USERNAME", "")
+        if mechanism and not username:
+            raise SettingError(
+                "HEADWATER_KAFKA_SASL_MECHANISM is set: set HEADWATER_KAFKA_SASL_USERNAME"
+            )
+        # HEADWATER_KAFKA_SSL_CAFILE is the earlier name of the CA setting; still read.
+        ca = env_str(env, ENV_CA, "") or env_str(env, "HEADWATER_KAFKA_SSL_CAFILE", "")
+        cert = env_str(env, ENV_CERT, "")
+        key = env_str(env, ENV_KEY, "")
+        if bool(cert) != bool(key):
+            raise SettingError(
+                f"set both {ENV_CERT} and {ENV_KEY} (the client certificate), or neither"
+            )
+        for name, path in ((ENV_CA, ca), (ENV_CERT, cert), (ENV_KEY, key)):
+            if path and not os.access(path, os.R_OK):
+                raise SettingError(f"{name}={path!r}: no readable file there")
+        return cls(
+            bootstrap_servers=env_str(env, "HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+            linger_ms=env_int(env, "HEADWATER_KAFKA_LINGER_MS", 5),
+            compression_type=compression,
+            security_protocol=protocol,
+            sasl_mechanism=mechanism,
+            sasl_username=username,
+            sasl_password=env_str(env, ENV_PASSWORD, ""),
+            ssl_ca_location=ca,
+            ssl_certificate_location=cert,
+            ssl_key_location=key,
+            ssl_key_password=env_str(env, "HEADWATER_KAFKA_SSL_KEY_PASSWORD", ""),
+            client_id=env_str(env, "HEADWATER_KAFKA_CLIENT_ID", ""),
+            instance=default_instance(env),
+        )
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when the connection to the brokers is encrypted."""
+        return self.security_protocol.upper() in ("SSL", "SASL_SSL")
+
+    def client_id_for(self, client_role: str) -> str:
+        """Return the ``client.id`` of one client: ``<role>-<instance>`` unless overridden.
+
+        Args:
+            client_role: What the client does, e.g. ``headwater-ingest``, ``headwater-dlq``.
+        """
+        if self.client_id:
+            return self.client_id
+        return f"{client_role}-{self.instance}" if client_role else self.instance
+
+    # -- librdkafka (confluent_kafka) ----------------------------------------------------------
+
+    def confluent_config(self, client_role: str = "") -> dict[str, Any]:
+        """Return the librdkafka configuration for connection, security and ``client.id``."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol.lower(),
+        }
+        if client_role or self.client_id:
+            conf["client.id"] = self.client_id_for(client_role)
+        if self.sasl_mechanism:
+            conf |= {
+                "sasl.mechanism": self.sasl_mechanism,
+                "sasl.username": self.sasl_username,
+                "sasl.password": self.sasl_password,
+            }
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = self.ssl_ca_location
+        if self.ssl_certificate_location:
+            conf["ssl.certificate.location"] = self.ssl_certificate_location
+            conf["ssl.key.location"] = self.ssl_key_location
+            if self.ssl_key_password:
+                conf["ssl.key.password"] = self.ssl_key_password
+        return conf
+
+    def producer_config(self, client_role: str) -> dict[str, Any]:
+        """Return a librdkafka producer configuration for keyed records.
+
+        Security and ``client.id`` as ``confluent_config``; acks=all with idempotence (no
+        record lost or doubled by a retry) and the shared ``PARTITIONER`` (a device keeps its
+        partition whichever client wrote it); batching and compression from the settings.
+        Callers add what is theirs (timeouts, queue limits, callbacks).
+        """
+        return self.confluent_config(client_role) | {
+            "acks": "all",
+            "enable.idempotence": True,
+            "partitioner": PARTITIONER,
+            "linger.ms": self.linger_ms,
+            "compression.type": self.compression_type,
+        }
+
+    def consumer_config(self, client_role: str, group_id: str) -> dict[str, Any]:
+        """Return a librdkafka consumer configuration of group ``group_id``, without auto commit.
+
+        Offsets are committed only where a caller decides to (``enable.auto.commit`` off);
+        callers add ``auto.offset.reset`` and the like, which depend on what they read.
+        """
+        return self.confluent_config(client_role) | {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+        }
+
+    def admin_config(self, client_role: str) -> dict[str, Any]:
+        """Return a librdkafka AdminClient configuration."""
+        return self.confluent_config(client_role)
+
+    # -- aiokafka ------------------------------------------------------------------------------
+
+    def aiokafka_config(self, client_role: str) -> dict[str, Any]:
+        """Return aiokafka keyword arguments: bootstrap servers, ``client_id`` and security."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id_for(client_role),
+        } | self.aiokafka_security()
+
+    def aiokafka_security(self) -> dict[str, Any]:
+        """Return the aiokafka keyword arguments for security (protocol, SASL, TLS context)."""
+        kwargs: dict[str, Any] = {"security_protocol": self.security_protocol.upper()}
+        if self.sasl_mechanism:
+            kwargs |= {
+                "sasl_mechanism": self.sasl_mechanism,
+                "sasl_plain_username": self.sasl_username,
+                "sasl_plain_password": self.sasl_password,
+            }
+        if self.uses_tls:
+            from aiokafka.helpers import create_ssl_context
+
+            kwargs["ssl_context"] = create_ssl_context(
+                cafile=self.ssl_ca_location or None,
+                certfile=self.ssl_certificate_location or None,
+                keyfile=self.ssl_key_location or None,
+                password=self.ssl_key_password or None,
+            )
+        return kwargs
+
+    # -- Java client (Spark's Kafka connector) -------------------------------------------------
+
+    def java_config(self, client_role: str = "") -> dict[str, str]:
+        """Return the Java client properties for connection, security and ``client.id``.
+
+        SASL becomes a JAAS line; the CA a PEM trust store (no keytool step, Java client
+        2.7+); the client certificate and key a PEM key store given by content
+        (``ssl.keystore.certificate.chain`` / ``ssl.keystore.key``): Spark's executors run
+        elsewhere than the driver, and content travels with the options where a path might not
+        exist. The Java client hides both as passwords in its logs.
+        """
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol.upper(),
+        }
+        if client_role or self.client_id:
+            conf["client.id"] = self.client_id_for(client_role)
+        if self.sasl_mechanism:
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if self.sasl_mechanism == "PLAIN"
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            user, password = (_jaas_quote(v) for v in (self.sasl_username, self.sasl_password))
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.jaas.config"] = f"{module} required username={user} password={password};"
+        if self.ssl_ca_location:
+            conf["ssl.truststore.type"] = "PEM"
+            conf["ssl.truststore.location"] = self.ssl_ca_location
+        if self.ssl_certificate_location:
+            conf["ssl.keystore.type"] = "PEM"
+            conf["ssl.keystore.certificate.chain"] = _read_pem(
+                ENV_CERT, self.ssl_certificate_location
+            )
+            conf["ssl.keystore.key"] = _read_pem(ENV_KEY, self.ssl_key_location)
+            if self.ssl_key_password:
+                conf["ssl.key.password"] = self.ssl_key_password
+        return conf
+
+
+def _read_pem(setting: str, path: str) -> str:
+    """Return the PEM text at ``path``; an unreadable file is a SettingError naming ``setting``."""
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingError(f"{setting}={path!r}: cannot be read ({exc})") from None
+
+
+def _jaas_quote(value: str) -> str:
+    """Return ``value`` as a double-quoted JAAS option value (JAAS quotes like JSON)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def resolve_kafka(kafka: KafkaSettings | str | None = None) -> KafkaSettings:
+    """Return ``kafka`` as settings: given ones as they are, else read from the environment.
+
+    Operator commands and library functions take either full settings or just bootstrap
+    servers (``--bootstrap-servers``); with a string, security and ``client.id`` still come
+    from ``HEADWATER_KAFKA_*``, so no client connects around the one configuration.
+    """
+    if isinstance(kafka, KafkaSettings):
+        return kafka
+    settings = KafkaSettings.from_env()
+    return replace(settings, bootstrap_servers=kafka) if kafka else settings

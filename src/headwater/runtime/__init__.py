@@ -1,0 +1,7 @@
+"""What every Headwater process runs on: environment settings, start-up, logs, telemetry, Java.
+
+``env`` reads typed settings from ``HEADWATER_*`` variables; ``startup`` turns a bad setting
+into one line on stderr and exit 2; ``logs`` writes JSON lines with the trace id;
+``telemetry`` and ``conventions`` set up OpenTelemetry with the project's names; ``jvm``
+finds Java and the jars ``make install`` copied.
+"""
