@@ -15,6 +15,7 @@ import signal
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from headwater.endpoints import SERVICE_NAME
 from headwater.ingest.admission import (
     producer_queue_limits,
     shorten_gil_switch_interval,
@@ -25,7 +26,7 @@ from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
 from headwater.ingest.reflection import enable_reflection
-from headwater.ingest.servicer import SERVICE_NAME, IngestServicer
+from headwater.ingest.servicer import IngestServicer
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.tls import RotatingCertificates
 from headwater.proto.ingest.v1 import ingest_service_pb2

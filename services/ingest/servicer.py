@@ -13,8 +13,6 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -23,6 +21,7 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from headwater import record_headers as rh
 from headwater import wire
+from headwater.endpoints import ENDPOINTS, SERVICE_NAME, Endpoint
 from headwater.ingest.admission import Admission, Ticket
 from headwater.ingest.auth import Authenticator, Gateway, check_device
 from headwater.ingest.errors import (
@@ -48,51 +47,15 @@ from headwater.runtime.conventions import (
     rpc_attributes,
     rpc_status_attributes,
 )
-from headwater.topics import INGEST_TOPICS
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = "headwater.ingest.v1.IngestService"
 #: Time kept back from the caller's deadline to send the answer before it expires.
 _ANSWER_MARGIN_S = 0.05
 #: Messages parsed and queued per event-loop step (see ``_produce_all``).
 _YIELD_EVERY = 16
 #: Requests parsed and queued at once (see ``IngestServicer.__init__``).
 _CPU_LANES = 2
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One API endpoint: its RPC names, response types and ingest topic."""
-
-    name: str
-    publish_method: str
-    stream_method: str
-    publish_response: Any  # a generated response message class
-    stream_response: Any
-
-    @property
-    def topic(self) -> str:
-        """The ingest topic this endpoint writes to."""
-        return INGEST_TOPICS[self.name]
-
-
-ENDPOINTS = (
-    Endpoint(
-        "telemetry",
-        "PublishTelemetry",
-        "StreamTelemetry",
-        api.PublishTelemetryResponse,
-        api.StreamTelemetryResponse,
-    ),
-    Endpoint(
-        "alarms",
-        "PublishAlarms",
-        "StreamAlarms",
-        api.PublishAlarmsResponse,
-        api.StreamAlarmsResponse,
-    ),
-)
 
 
 class IngestServicer:

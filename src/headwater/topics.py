@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from headwater.endpoints import ENDPOINTS
+
 #: The ingest endpoints of the gRPC API and the ingest topic each one writes to.
-INGEST_TOPICS: dict[str, str] = {
-    "telemetry": "ingest.telemetry.v1",
-    "alarms": "ingest.alarms.v1",
-}
+INGEST_TOPICS: dict[str, str] = {ep.name: ep.topic for ep in ENDPOINTS}
 #: Common-format events, one topic per event type.
 EVENT_TOPICS: dict[str, str] = {
     "telemetry": "events.telemetry.v1",

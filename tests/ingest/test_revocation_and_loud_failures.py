@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater import record_headers as rh
-from headwater.ingest.servicer import SERVICE_NAME
+from headwater.endpoints import SERVICE_NAME
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS
 

@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater.ingest.servicer import SERVICE_NAME
+from headwater.endpoints import SERVICE_NAME
 from headwater.ingest.settings import DEFAULT_HEALTH_PORT, IngestSettings
 from headwater.ingest.tls import RotatingCertificates, TlsFilesError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api

@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from headwater import endpoints
 from headwater.proto.device.v1 import device_message_pb2
 
 WhenFull = Literal["refuse", "drop_oldest"]
 #: The ingest API's endpoints; each has its own topic, sender and stream.
-ENDPOINTS = ("telemetry", "alarms")
+ENDPOINTS = endpoints.NAMES
 #: Spool counters that mean a message was lost on purpose (by policy), by reason.
 DROP_REASONS = ("dropped_oldest", "expired", "refused")
 

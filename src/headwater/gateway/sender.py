@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from headwater.endpoints import BY_NAME, SERVICE_NAME
 from headwater.gateway.answers import OVERLOADED, Outcome, call_failed
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.errors import CallFailedError
@@ -38,22 +39,7 @@ from headwater.wire import length_field, varint_field
 
 log = logging.getLogger(__name__)
 
-_SERVICE = "/headwater.ingest.v1.IngestService/"
-#: endpoint -> (batch method, its response, stream method, its response)
-_METHODS: dict[str, tuple[str, Any, str, Any]] = {
-    "telemetry": (
-        "PublishTelemetry",
-        api.PublishTelemetryResponse,
-        "StreamTelemetry",
-        api.StreamTelemetryResponse,
-    ),
-    "alarms": (
-        "PublishAlarms",
-        api.PublishAlarmsResponse,
-        "StreamAlarms",
-        api.StreamAlarmsResponse,
-    ),
-}
+_SERVICE = f"/{SERVICE_NAME}/"
 _AUTH_CODES = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 
 
@@ -166,7 +152,8 @@ class EndpointSender:
     async def _stream_session(self, stop: asyncio.Event) -> None:
         """Keep up to ``window_frames`` frames in flight until stopped; raise on failure."""
         cfg = self.config
-        _, _, method, response_type = _METHODS[self.endpoint]
+        ep = BY_NAME[self.endpoint]
+        method, response_type = ep.stream_method, ep.stream_response
         call = self._channel.stream_stream(
             _SERVICE + method,
             request_serializer=None,
@@ -276,7 +263,8 @@ class EndpointSender:
     # --- batch calls ------------------------------------------------------------------
 
     async def _batch_session(self, stop: asyncio.Event) -> None:
-        method, response_type, _, _ = _METHODS[self.endpoint]
+        ep = BY_NAME[self.endpoint]
+        method, response_type = ep.publish_method, ep.publish_response
         publish = self._channel.unary_unary(
             _SERVICE + method,
             request_serializer=None,
