@@ -26,7 +26,7 @@ CONSTRAINTS = ROOT / "constraints.txt"
 HEAVY = {"pyspark", "kubernetes", "pandas", "pyarrow", "numpy", "pint", "py4j"}
 #: The public API of each light part, imported in its fresh venv.
 PUBLIC_API = {
-    "gateway": "from headwater.gateway import GatewayClient, GatewayConfig, Spool, Outcome",
+    "gateway": "from headwater.gateway import GatewayClient, GatewayConfig, Spool, DeliveryReport",
     "subscriber": "from headwater.subscriber import Subscriber, SubscriberSettings, MemoryDedup",
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from headwater.gateway import SpoolFullError, SpoolLimits
-from headwater.gateway.client import GatewayClient, Outcome, TlsConfig
+from headwater.gateway.client import DeliveryReport, GatewayClient, TlsConfig
 from headwater.gateway.metrics import GatewayMetrics
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
@@ -25,7 +25,7 @@ async def test_every_spooled_message_is_delivered_once_and_leaves_the_spool(
     start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path, use_stream: bool
 ) -> None:
     running = await start_ingest(ingest_settings)
-    outcomes: list[Outcome] = []
+    outcomes: list[DeliveryReport] = []
     reader, meter = new_meter()
     with Spool(tmp_path / "spool.db") as spool:
         telemetry = {
@@ -103,7 +103,7 @@ async def test_resource_exhausted_pushback_is_honoured_and_nothing_is_lost(
         ingest_settings, max_inflight_bytes=4096, overload_retry_delay_ms=int(delay_s * 1000)
     )
     running = await start_ingest(tight)
-    seen: list[tuple[float, Outcome]] = []
+    seen: list[tuple[float, DeliveryReport]] = []
     with Spool(tmp_path / "spool.db") as spool:
         ids = {spool.enqueue("telemetry", "acme-1", CT, b"x" * 300).message_id for _ in range(100)}
         client = GatewayClient(

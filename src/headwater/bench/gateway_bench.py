@@ -27,7 +27,7 @@ import grpc
 from headwater.bench import server_proc
 from headwater.bench.report import machine
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome
+from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
 from headwater.gateway.ids import uuid7
 from headwater.gateway.spool import NewMessage, Spool
 from headwater.kafka.admin import ensure_topics
@@ -105,7 +105,7 @@ async def _spooled(target: str, directory: Path, readings: list[NewMessage], fra
     all_delivered = asyncio.Event()
     delivered = 0
 
-    def count(outcome: Outcome) -> None:
+    def count(outcome: DeliveryReport) -> None:
         nonlocal delivered
         delivered += outcome.status == "delivered"
         if delivered == len(readings):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.devstack import vendors
-from headwater.gateway.client import GatewayClient, GatewayConfig, Outcome
+from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
@@ -136,7 +136,7 @@ class GatewaySimulator:
         #: Sparkplug B devices that have sent their birth certificate (DBIRTH).
         self._born: set[str] = set()
 
-    def _outcome(self, outcome: Outcome) -> None:
+    def _outcome(self, outcome: DeliveryReport) -> None:
         if outcome.status == "delivered":
             topic = INGEST_TOPICS[outcome.endpoint]
             self._stats.acked.setdefault(

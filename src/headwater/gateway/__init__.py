@@ -3,7 +3,7 @@
 The names a gateway needs; the rest lives in the modules (see docs/gateway.md).
 """
 
-from headwater.gateway.answers import Outcome
+from headwater.gateway.answers import DeliveryReport
 from headwater.gateway.client import GatewayClient
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import (
@@ -15,14 +15,17 @@ from headwater.gateway.errors import (
 from headwater.gateway.records import Enqueued, NewMessage, SpoolLimits, SpoolStats
 from headwater.gateway.spool import Spool
 
+#: The earlier name of DeliveryReport, kept for one release.
+Outcome = DeliveryReport
+
 __all__ = [
     "CallFailedError",
+    "DeliveryReport",
     "Enqueued",
     "GatewayClient",
     "GatewayConfig",
     "GatewayError",
     "NewMessage",
-    "Outcome",
     "Spool",
     "SpoolFullError",
     "SpoolLimits",

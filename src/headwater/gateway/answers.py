@@ -39,7 +39,7 @@ CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DeliveryReport:
     """What happened to one message on one attempt (for callers that keep their own books)."""
 
     message_id: str

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from headwater.gateway.answers import Outcome
+from headwater.gateway.answers import DeliveryReport
 from headwater.gateway.channel import create_channel
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import CallFailedError
@@ -21,7 +21,7 @@ from headwater.gateway.records import ENDPOINTS, Enqueued, NewMessage
 from headwater.gateway.sender import EndpointSender
 from headwater.gateway.spool import Spool
 
-__all__ = ["CallFailedError", "GatewayClient", "GatewayConfig", "Outcome", "TlsConfig"]
+__all__ = ["CallFailedError", "DeliveryReport", "GatewayClient", "GatewayConfig", "TlsConfig"]
 
 
 class GatewayClient:
@@ -35,7 +35,7 @@ class GatewayClient:
         self,
         spool: Spool,
         config: GatewayConfig,
-        on_outcome: Callable[[Outcome], None] | None = None,
+        on_outcome: Callable[[DeliveryReport], None] | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """Send ``spool``'s messages as ``config`` says.

@@ -77,7 +77,7 @@ class Enqueued:
 
 
 @dataclass(frozen=True)
-class Pending:
+class DueMessage:
     """A spooled message due for sending."""
 
     seq: int

@@ -27,12 +27,12 @@ from typing import Any
 import grpc
 
 from headwater.endpoints import BY_NAME, SERVICE_NAME
-from headwater.gateway.answers import OVERLOADED, Outcome, call_failed
+from headwater.gateway.answers import OVERLOADED, DeliveryReport, call_failed
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
-from headwater.gateway.records import Pending
-from headwater.gateway.settle import Books
+from headwater.gateway.records import DueMessage
+from headwater.gateway.settle import SpoolKeeper
 from headwater.gateway.spool import Spool
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.wire import length_field, varint_field
@@ -53,7 +53,7 @@ class EndpointSender:
         channel: grpc.aio.Channel,
         config: GatewayConfig,
         metrics: GatewayMetrics,
-        on_outcome: Callable[[Outcome], None] | None,
+        on_outcome: Callable[[DeliveryReport], None] | None,
         wake: asyncio.Event,
     ) -> None:
         self.endpoint = endpoint
@@ -61,7 +61,7 @@ class EndpointSender:
         self.config = config
         self._channel = channel
         self._metrics = metrics
-        self._books = Books(endpoint, spool, config, metrics, on_outcome)
+        self._books = SpoolKeeper(endpoint, spool, config, metrics, on_outcome)
         self._wake = wake
         self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
         # Shrunk when the server says frames are too big; never grown back (a restart does).
@@ -131,7 +131,7 @@ class EndpointSender:
     def _pause_left(self) -> float:
         return self._paused_until - time.monotonic()
 
-    async def _due(self, cursor: int = 0, skip: set[int] | None = None) -> list[Pending]:
+    async def _due(self, cursor: int = 0, skip: set[int] | None = None) -> list[DueMessage]:
         return await asyncio.to_thread(
             self.spool.due,
             self.endpoint,
@@ -141,7 +141,7 @@ class EndpointSender:
             skip or (),
         )
 
-    def _full(self, rows: list[Pending]) -> bool:
+    def _full(self, rows: list[DueMessage]) -> bool:
         return (
             len(rows) >= self._frame_messages
             or 2 * sum(len(r.envelope) for r in rows) >= self._frame_bytes
@@ -159,7 +159,7 @@ class EndpointSender:
             request_serializer=None,
             response_deserializer=response_type.FromString,
         )(metadata=self._metadata)
-        inflight: dict[int, tuple[float, list[Pending]]] = {}
+        inflight: dict[int, tuple[float, list[DueMessage]]] = {}
         # Retried messages sit below the cursor: the ones in flight again must be skipped.
         retried_inflight: set[int] = set()
         frame_id, cursor = 0, 0
@@ -292,10 +292,10 @@ class EndpointSender:
 
     # --- per message ------------------------------------------------------------------
 
-    async def _kept(self, rows: list[Pending], failure: CallFailedError) -> None:
+    async def _kept(self, rows: list[DueMessage], failure: CallFailedError) -> None:
         await self._books.keep(rows, failure)
 
-    async def _settle(self, rows: list[Pending], results: list[api.MessageResult]) -> None:
+    async def _settle(self, rows: list[DueMessage], results: list[api.MessageResult]) -> None:
         """Apply one answer, and what it says about the server: pushback, frame size."""
         self._progress = True
         settled = await self._books.settle(rows, results)

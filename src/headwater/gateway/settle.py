@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from headwater.gateway.answers import Outcome, Verdict, judge, match
+from headwater.gateway.answers import DeliveryReport, Verdict, judge, match
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
-from headwater.gateway.records import Pending
+from headwater.gateway.records import DueMessage
 from headwater.gateway.spool import Spool
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
@@ -37,7 +37,7 @@ class Settled:
     frame_too_big: bool = False
 
 
-class Books:
+class SpoolKeeper:
     """Keeps one endpoint's spool in step with the answers it gets."""
 
     def __init__(
@@ -46,7 +46,7 @@ class Books:
         spool: Spool,
         config: GatewayConfig,
         metrics: GatewayMetrics,
-        on_outcome: Callable[[Outcome], None] | None,
+        on_outcome: Callable[[DeliveryReport], None] | None,
     ) -> None:
         self.endpoint = endpoint
         self.spool = spool
@@ -60,22 +60,24 @@ class Books:
         cap = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(attempt, 20))
         return random.uniform(0, cap)
 
-    async def keep(self, rows: list[Pending], failure: CallFailedError) -> None:
+    async def keep(self, rows: list[DueMessage], failure: CallFailedError) -> None:
         """Messages of a failed call stay spooled, one attempt more."""
         await asyncio.to_thread(
             self.spool.retry_later, [r.seq for r in rows], failure.retry_delay_s
         )
         code, reason = failure.code.name, failure.reason
-        self._report([Outcome(r.message_id, self.endpoint, "retry", code, reason) for r in rows])
+        self._report(
+            [DeliveryReport(r.message_id, self.endpoint, "retry", code, reason) for r in rows]
+        )
 
-    async def settle(self, rows: list[Pending], results: list[api.MessageResult]) -> Settled:
+    async def settle(self, rows: list[DueMessage], results: list[api.MessageResult]) -> Settled:
         """Apply one answer: delete the OKs, keep the retriable, reject the rest."""
         ep = self.endpoint
         delivered: list[int] = []
         delivered_bytes = 0
         later: dict[float, list[int]] = {}
         rejected: list[tuple[int, str, str, str]] = []
-        outcomes: list[Outcome] = []
+        outcomes: list[DeliveryReport] = []
         backoff: dict[int, float] = {}  # one draw per attempt count: one write per frame
         pause, too_big = 0.0, False
         for row, result in zip(rows, match([r.message_id for r in rows], results), strict=True):
@@ -83,7 +85,7 @@ class Books:
                 delivered.append(row.seq)
                 delivered_bytes += len(row.envelope)
                 outcomes.append(
-                    Outcome(
+                    DeliveryReport(
                         row.message_id, ep, "delivered", "OK", "", result.partition, result.offset
                     )
                 )
@@ -102,7 +104,7 @@ class Books:
                 delay = max(verdict.retry_delay_s, backoff[row.attempts])
                 later.setdefault(delay, []).append(row.seq)
             outcomes.append(
-                Outcome(row.message_id, ep, verdict.status, verdict.code, verdict.reason)
+                DeliveryReport(row.message_id, ep, verdict.status, verdict.code, verdict.reason)
             )
         await asyncio.to_thread(self._apply, delivered, later, rejected)
         self._metrics.delivered_bytes(ep, delivered_bytes)
@@ -122,7 +124,7 @@ class Books:
         for seq, code, reason, detail in rejected:
             self.spool.reject(seq, code, reason, detail)
 
-    def _report(self, outcomes: list[Outcome]) -> None:
+    def _report(self, outcomes: list[DeliveryReport]) -> None:
         for status, n in Counter(o.status for o in outcomes).items():
             self._metrics.message(self.endpoint, status, n)
         if self._on_outcome is not None:

@@ -27,9 +27,9 @@ from headwater.gateway.errors import SpoolFullError, SpoolLockedError
 from headwater.gateway.ids import uuid7
 from headwater.gateway.records import (
     ENDPOINTS,
+    DueMessage,
     Enqueued,
     NewMessage,
-    Pending,
     Rejected,
     SpoolLimits,
     SpoolStats,
@@ -39,9 +39,9 @@ from headwater.proto.device.v1 import device_message_pb2
 
 __all__ = [
     "ENDPOINTS",
+    "DueMessage",
     "Enqueued",
     "NewMessage",
-    "Pending",
     "Rejected",
     "Spool",
     "SpoolFullError",
@@ -295,7 +295,7 @@ class Spool:
         after_seq: int = 0,
         max_bytes: int | None = None,
         skip: Collection[int] = (),
-    ) -> list[Pending]:
+    ) -> list[DueMessage]:
         """Return messages of ``endpoint`` due now, oldest first: a frame's worth.
 
         Args:
@@ -322,13 +322,13 @@ class Spool:
                     "AND not_before_ms <= ? ORDER BY seq LIMIT ?",
                     (endpoint, after_seq, now, limit - len(rows)),
                 ).fetchall()
-        frame: list[Pending] = []
+        frame: list[DueMessage] = []
         size = 0
         for row in rows:
             size += len(row[3])
             if frame and max_bytes is not None and size > max_bytes:
                 break
-            frame.append(Pending(*row))
+            frame.append(DueMessage(*row))
         return frame
 
     def next_due_in_s(self, endpoint: str) -> float | None:
