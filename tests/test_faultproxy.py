@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from .faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 
 #: Long enough for a forwarded echo on a loaded machine, short enough to keep tests quick.
 SILENCE_S = 0.5

@@ -16,7 +16,7 @@ from headwater.enricher.state import Policy, process_devices
 from headwater.enricher.timestamps import ms_of, set_ms
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
 from headwater.proto.master.v1 import device_master_pb2
-from tests.enricher.kafkatools import ACME, ALARM, Msg, acme, envelope, ingest_headers
+from tests.support.kafkatools import ACME, ALARM, Msg, acme, envelope, ingest_headers
 
 RAW = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "

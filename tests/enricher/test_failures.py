@@ -18,7 +18,7 @@ from headwater.enricher.settings import EnricherSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     TERMINAL,
     Msg,

@@ -17,7 +17,7 @@ from headwater.enricher.births import Definitions, apply_to_row
 from headwater.enricher.formats.base import NormalizeError
 from headwater.enricher.normalize import normalize_message
 from headwater.wire import length_field, varint, varint_field
-from tests.enricher.kafkatools import ACME, ALARM, GLOBEX, INITECH
+from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH
 
 SPB = "application/vnd.eclipse.sparkplug.b+protobuf"
 DBIRTH = SPB + "; message-type=DBIRTH"

@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 
 from headwater.proto.events.v1 import dead_letter_pb2, event_pb2
-from tests.enricher.kafkatools import (
+from tests.enricher.test_formats import BIRTH, DBIRTH, DDATA, OPCUA, _metric, _network, _payload
+from tests.enricher.test_pipeline import alive, running, settings_for  # noqa: F401 (fixture)
+from tests.support.kafkatools import (
     ACME,
     ALARM,
     GLOBEX,
@@ -23,8 +25,6 @@ from tests.enricher.kafkatools import (
     outcome,
     read_all,
 )
-from tests.enricher.test_formats import BIRTH, DBIRTH, DDATA, OPCUA, _metric, _network, _payload
-from tests.enricher.test_pipeline import alive, running, settings_for  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

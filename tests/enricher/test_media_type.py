@@ -6,7 +6,7 @@ import pytest
 
 from headwater.enricher.media_type import MediaTypeError, parse
 from headwater.enricher.normalize import normalize_message
-from tests.enricher.kafkatools import ACME, acme
+from tests.support.kafkatools import ACME, acme
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from headwater.enricher.decode import decode_record, decode_row, key_columns
 from headwater.enricher.normalize import REGISTRY, normalize_message
 from headwater.enricher.schema import KEYED, field_names
 from headwater.topics import split_scoped_key
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     ALARM,
     GLOBEX,

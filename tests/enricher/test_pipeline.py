@@ -19,7 +19,7 @@ from headwater.proto.events.v1 import (
     event_pb2,
     parked_message_pb2,
 )
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     ALARM,
     GLOBEX,

@@ -24,7 +24,7 @@ from headwater.enricher.state import DeviceValue, _failure, _Snapshot
 from headwater.ingest.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import dead_letter_pb2
-from tests.enricher.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers
+from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers
 
 T = EnricherTopics.with_prefix("u.")
 VALIDATOR = DeviceMessageValidator(262144)

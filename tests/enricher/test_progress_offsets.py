@@ -27,7 +27,7 @@ from headwater.enricher.settings import EnricherSettings
 from headwater.ops.checkpoint import CheckpointError, read_checkpoint
 from headwater.ops.lag import group_lag
 from headwater.ops.offsets import admin_client
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     Msg,
     acme,

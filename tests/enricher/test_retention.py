@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from headwater.enricher.runner import run_enricher
 from headwater.enricher.settings import EnricherSettings
 from headwater.kafka.settings import KafkaSettings
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     TERMINAL,
     Msg,

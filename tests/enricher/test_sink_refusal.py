@@ -12,7 +12,7 @@ from headwater import record_headers as rh
 from headwater.enricher import route, unproducible
 from headwater.enricher.kafka_sink import KafkaStreamWriter
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
-from tests.enricher.kafkatools import completions, make_topics, read_all
+from tests.support.kafkatools import completions, make_topics, read_all
 
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 #: The sink's input columns (schema.OUTPUT), without a Spark session to parse the DDL.

@@ -15,7 +15,7 @@ import pytest
 from headwater.enricher import job
 from headwater.enricher.settings import EnricherSettings
 from headwater.kafka.settings import KafkaSettings
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     TERMINAL,
     Msg,

@@ -6,7 +6,7 @@ import pytest
 
 from headwater.enricher import units
 from headwater.enricher.normalize import normalize_message
-from tests.enricher.kafkatools import GLOBEX
+from tests.support.kafkatools import GLOBEX
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from headwater.gateway.client import DeliveryReport, GatewayClient, TlsConfig
 from headwater.gateway.metrics import GatewayMetrics
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
+from tests.support.faultproxy import FaultProxy
+from tests.support.tls_certs import issue, make_ca, write_pem
 
-from ..faultproxy import FaultProxy
-from ..ingest.tls_certs import issue, make_ca, write_pem
 from .conftest import CT, config, in_kafka, metric_points, new_meter
 
 

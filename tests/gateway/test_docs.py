@@ -8,7 +8,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..ingest.tls_certs import issue, make_ca, write_pem
+from tests.support.tls_certs import issue, make_ca, write_pem
+
 from .conftest import TOKENS
 
 DOC = Path(__file__).parents[2] / "docs" / "gateway.md"

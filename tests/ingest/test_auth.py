@@ -11,10 +11,10 @@ import pytest
 from headwater.ingest.auth import TokensFileError, hash_token, parse_tokens
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
+from tests.support.tls_certs import issue, make_ca, write_pem
 
 from .conftest import TOKENS_YAML, bearer, device_message
 from .test_limits_and_errors import details_of
-from .tls_certs import issue, make_ca, write_pem
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 

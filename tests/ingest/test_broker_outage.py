@@ -29,8 +29,8 @@ from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
+from tests.support.faultproxy import FaultProxy
 
-from ..faultproxy import FaultProxy
 from .conftest import RunningIngest, bearer, device_message
 
 TOPIC = INGEST_TOPICS["telemetry"]

@@ -25,10 +25,10 @@ from headwater.ingest.settings import DEFAULT_HEALTH_PORT, IngestSettings
 from headwater.ingest.tls import RotatingCertificates, TlsFilesError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
+from tests.support.tls_certs import Pem, issue, make_ca
 
 from .conftest import device_message
 from .test_auth import publish
-from .tls_certs import Pem, issue, make_ca
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -16,7 +16,7 @@ import pytest
 
 from headwater.ops import dlq
 from headwater.proto.events.v1 import dead_letter_pb2, event_pb2
-from tests.enricher.kafkatools import (
+from tests.support.kafkatools import (
     ACME,
     Msg,
     TopicReader,

@@ -16,7 +16,7 @@ import pytest
 
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.kafka.settings import KafkaSettings
-from tests.ingest.tls_certs import Pem, issue, make_ca
+from tests.support.tls_certs import Pem, issue, make_ca
 
 USER = "headwater-test"
 PASSWORD = "scram-Pa55-word"

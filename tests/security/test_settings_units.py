@@ -9,7 +9,7 @@ import pytest
 from headwater.kafka.diagnose import explain
 from headwater.kafka.settings import PARTITIONER, KafkaSettings, default_instance
 from headwater.runtime.env import SettingError
-from tests.ingest.tls_certs import issue, make_ca
+from tests.support.tls_certs import issue, make_ca
 
 
 @pytest.fixture
