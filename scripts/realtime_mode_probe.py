@@ -19,7 +19,7 @@ from headwater.enricher.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
-from tests.enricher.kafkatools import ACME, Msg, acme, ingest, master, read_all
+from tests.support.kafkatools import ACME, Msg, acme, ingest, master, read_all
 
 
 def main() -> None:

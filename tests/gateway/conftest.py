@@ -9,8 +9,8 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from headwater.devstack.readback import read_topic
 from headwater.gateway.config import GatewayConfig
+from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
 from tests.ingest.conftest import (  # noqa: F401  (fixtures)

@@ -12,7 +12,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from headwater.devstack.readback import read_topic
+from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
 

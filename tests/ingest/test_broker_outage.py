@@ -24,9 +24,9 @@ from grpc_status import rpc_status
 
 from headwater import record_headers as rh
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.devstack.readback import read_topic
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 from tests.support.faultproxy import FaultProxy

@@ -18,8 +18,8 @@ import grpc
 import pytest
 
 from headwater import record_headers as rh
-from headwater.devstack.readback import read_topic
 from headwater.ingest.settings import IngestSettings
+from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS

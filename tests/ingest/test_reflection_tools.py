@@ -24,8 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
 from headwater.devstack.broker import free_port
-from headwater.devstack.readback import read_topic
 from headwater.ingest.auth import hash_token
+from headwater.kafka.read import read_topic
 from headwater.topics import INGEST_TOPICS
 
 BUF = Path(sys.executable).parent / "buf"

@@ -7,10 +7,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from headwater.cli import main
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import MASTER_DEVICES_TOPIC, TopicSpec
 
@@ -35,26 +35,8 @@ def run(capsys, bootstrap: str, prefix: str, *argv: str) -> tuple[int, str, str]
 
 def records_in_topic(bootstrap: str, topic: str) -> list[tuple[str, bytes | None]]:
     """Every record of the topic as (key, value), in offset order per partition."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        found = []
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            while True:
-                (msg,) = consumer.consume(1, 10) or (None,)
-                assert msg is not None and not msg.error(), "record not read in 10 s"
-                found.append((msg.key().decode(), msg.value()))
-                if msg.offset() + 1 >= high:
-                    break
-        return found
-    finally:
-        consumer.close()
+    ordered = sorted(read_topic(bootstrap, topic), key=lambda m: (m.partition(), m.offset()))
+    return [(m.key().decode(), m.value()) for m in ordered]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

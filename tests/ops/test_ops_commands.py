@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from headwater.devstack.readback import read_topic
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.ops import dlq
 from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2

@@ -16,9 +16,9 @@ import uuid
 from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import Producer
 
-from headwater.devstack.readback import read_topic
 from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.kafka.settings import PARTITIONER, KafkaSettings
 from headwater.ops import dlq
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2

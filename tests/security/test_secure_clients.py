@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater.cli import main
-from headwater.devstack.readback import read_topic
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from headwater.subscriber import Delivery, Subscriber, SubscriberSettings, decode_completion

@@ -15,7 +15,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
-from headwater.devstack.readback import read_topic
+from headwater.kafka.read import read_topic
 from headwater.proto.events.v1 import completion_pb2
 from headwater.subscriber import (
     DeadLetterTopicError,

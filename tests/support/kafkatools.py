@@ -1,4 +1,7 @@
-"""Test helpers: produce ingest records like the ingest service does, read topics back."""
+"""Test helpers: produce ingest records like the ingest service does, read topics back.
+
+Reading a topic to its end is :func:`headwater.kafka.read.read_topic`, the one reader.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.enricher.settings import EnricherTopics
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import TopicSpec, scoped_key
@@ -130,28 +134,21 @@ def master(
 
 
 def read_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout_s: float = 30) -> list[Any]:
-    """Read every record of ``topic`` until it has been idle for ``idle_s``."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"read-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
-    meta = c.list_topics(topic, timeout=10).topics[topic]
-    c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    out: list[Any] = []
+    """Read every record of ``topic`` once it has been idle for ``idle_s``.
+
+    The topic is read to its end (:func:`headwater.kafka.read.read_topic`), and again after
+    ``idle_s``, until a read finds nothing new: side outputs written in the same micro-batch
+    as the records a test waited for may still be arriving.
+    """
     deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - last < idle_s:
-        for m in c.consume(1000, timeout=0.2):
-            if m.error() is None:
-                out.append(m)
-                last = time.monotonic()
-            elif m.error().code() != KafkaError._PARTITION_EOF:
-                raise RuntimeError(m.error())
-    c.close()
-    return out
+    records = list(read_topic(bootstrap, topic, timeout_s, require=True))
+    while time.monotonic() < deadline:
+        time.sleep(idle_s)
+        again = list(read_topic(bootstrap, topic, max(1.0, deadline - time.monotonic())))
+        if len(again) == len(records):
+            break
+        records = again
+    return records
 
 
 def acme(temp: float, hum: float) -> bytes:

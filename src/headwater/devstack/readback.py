@@ -2,56 +2,27 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from headwater import record_headers as rh
-from headwater.kafka.settings import KafkaSettings, resolve_kafka
+from headwater.kafka import read
+from headwater.kafka.settings import KafkaSettings
+
+#: Who reads back after a run (``client.id`` role and never-joined ``group.id``).
+READBACK_ROLE = "headwater-devstack-readback"
 
 
 def read_topic(
     kafka: KafkaSettings | str, topic: str, timeout_s: float = 60.0
 ) -> Iterator[Message]:
-    """Yield every record of ``topic`` from the log start to its end (the high watermark).
+    """Yield every record of ``topic`` to its end, as the dev stack's reader.
 
-    The end is taken when the read begins; records appended later are not read.
-
-    Args:
-        kafka: The connection (bootstrap servers alone: security from ``HEADWATER_KAFKA_*``).
-        topic: The topic to read.
-        timeout_s: How long to read at most.
+    :func:`headwater.kafka.read.read_topic` under the dev stack's own name.
     """
-    consumer = Consumer(
-        # The group is required by librdkafka but never joined: partitions are assigned.
-        resolve_kafka(kafka).consumer_config("headwater-readback", "headwater-devstack-readback")
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            return
-        behind: dict[int, int] = {}
-        assignment = []
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            assignment.append(TopicPartition(topic, partition, low))
-            if high > low:
-                behind[partition] = high
-        consumer.assign(assignment)
-        deadline = time.monotonic() + timeout_s
-        while behind and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.2):
-                if msg.error():
-                    continue
-                partition, offset = msg.partition() or 0, msg.offset() or 0
-                if offset < behind.get(partition, 0):
-                    yield msg
-                if offset + 1 >= behind.get(partition, 0):
-                    behind.pop(partition, None)
-    finally:
-        consumer.close()
+    return read.read_topic(kafka, topic, timeout_s, client_role=READBACK_ROLE)
 
 
 @dataclass

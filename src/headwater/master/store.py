@@ -8,10 +8,8 @@ record lands on the partition every other client computes for its key.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
@@ -38,77 +36,22 @@ def read_current(
     Raises:
         MasterStoreError: the topic does not exist, or the end is not reached in time.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from headwater.kafka.read import ReadError, read_topic
 
-    # Partitions are assigned, never a group joined: librdkafka wants a group id anyway.
-    consumer = Consumer(kafka.consumer_config(CLIENT_ROLE, f"{CLIENT_ROLE}-reader"))
     current: dict[str, DeviceMaster] = {}
     try:
-        metadata = consumer.list_topics(topic, timeout=15).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise MasterStoreError(
-                f"topic {topic} does not exist on {kafka.bootstrap_servers}: create it with "
-                "`headwater topics ensure` (or check --topic-prefix)"
-            )
-        deadline = time.monotonic() + timeout_s
-        ends: dict[int, int] = {}
-        assignment = []
-        for partition in metadata.partitions:
-            low, high = _watermarks(consumer, TopicPartition(topic, partition), deadline)
-            assignment.append(TopicPartition(topic, partition, low))
-            if high > low:
-                ends[partition] = high
-        consumer.assign(assignment)
-        while ends:
-            if time.monotonic() > deadline:
-                raise MasterStoreError(
-                    f"reading {topic} did not reach its end in {timeout_s:.0f} s"
-                )
-            for msg in consumer.consume(1000, 0.5):
-                if msg.error():
-                    raise MasterStoreError(f"reading {topic}: {msg.error()}")
-                key = (msg.key() or b"").decode("utf-8", "replace")
-                value = msg.value()
-                if value:
-                    current[key] = DeviceMaster.FromString(value)
-                else:
-                    current.pop(key, None)
-            # Compaction leaves gaps in offsets: done once the position passed the end.
-            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
-                if tp.offset >= ends[tp.partition]:
-                    ends.pop(tp.partition)
-    finally:
-        consumer.close()
+        for msg in read_topic(
+            kafka, topic, timeout_s, client_role=f"{CLIENT_ROLE}-reader", require=True
+        ):
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            value = msg.value()
+            if value:
+                current[key] = DeviceMaster.FromString(value)
+            else:
+                current.pop(key, None)
+    except ReadError as exc:
+        raise MasterStoreError(str(exc)) from None
     return current
-
-
-def _watermarks(consumer: Any, tp: Any, deadline: float) -> tuple[int, int]:
-    """Return (low, high) of a partition, retrying while it has no leader yet.
-
-    A topic created a moment ago (``topics ensure`` just before a load) answers
-    NOT_LEADER_FOR_PARTITION until its leader is elected: retriable, so retried.
-    """
-    from confluent_kafka import KafkaError, KafkaException
-
-    # librdkafka does not flag these retriable here, but they pass once a leader is elected.
-    electing = {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._TIMED_OUT,
-    }
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            return int(low), int(high)
-        except KafkaException as exc:
-            error = exc.args[0]
-            waiting = error.retriable() or error.code() in electing
-            if not waiting or time.monotonic() > deadline:
-                raise MasterStoreError(
-                    f"reading {tp.topic}[{tp.partition}]: {error.str()}"
-                ) from None
-            time.sleep(0.2)
 
 
 @dataclass

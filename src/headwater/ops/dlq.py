@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.devstack.readback import read_topic
+from headwater.kafka.read import read_topic
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import DEADLETTER_TOPIC, INGEST_TOPICS

@@ -1,0 +1,137 @@
+"""Read a topic from its log start to its end: the one reader of ops, the dev stack and tests.
+
+The end is each partition's high watermark, taken when the read begins; records appended
+later are not read. Partitions are assigned, never subscribed: no group is joined and no
+offset committed. librdkafka still wants a ``group.id``, so the caller's role is given as
+one; it names who read, nothing more (no member shows up in ``kafka-consumer-groups``).
+
+A partition is done once the consumer's position passes its end, not when a record at
+``end - 1`` arrives: compaction and transaction markers leave gaps in offsets, and a read
+waiting for an offset that no longer exists would only stop at its deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from headwater.kafka.settings import KafkaSettings, resolve_kafka
+
+#: The ``client.id`` role (and never-joined ``group.id``) of a read that names no other.
+READ_ROLE = "headwater-read"
+
+#: Answers of a partition whose leader is still being elected (a topic created a moment
+#: ago): librdkafka does not flag all of them retriable, but they pass once it is elected.
+_ELECTING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+}
+
+#: Errors a consume reports that librdkafka recovers from by itself (it reconnects).
+_TRANSIENT = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._PARTITION_EOF,
+    KafkaError._TIMED_OUT,
+}
+
+
+class ReadError(RuntimeError):
+    """A topic could not be read to its end; the message says which and why."""
+
+
+class TopicMissing(ReadError):
+    """The topic does not exist (only raised when the caller requires it)."""
+
+
+def read_topic(
+    kafka: KafkaSettings | str,
+    topic: str,
+    timeout_s: float = 60.0,
+    *,
+    client_role: str = READ_ROLE,
+    require: bool = False,
+) -> Iterator[Message]:
+    """Yield every record of ``topic`` from the log start to its end (the high watermark).
+
+    Records come in offset order within a partition; partitions interleave.
+
+    Args:
+        kafka: The connection (bootstrap servers alone: security from ``HEADWATER_KAFKA_*``).
+        topic: The topic to read.
+        timeout_s: How long the whole read may take.
+        client_role: Who reads: ``client.id`` role and the (never joined) ``group.id``.
+        require: Raise :class:`TopicMissing` when the topic does not exist (else: no records).
+
+    Raises:
+        TopicMissing: ``require`` and the topic does not exist.
+        ReadError: The end was not reached within ``timeout_s``, or the broker refused the
+            read (authorization, a fatal client error).
+    """
+    settings = resolve_kafka(kafka)
+    # From the log start; should retention delete records under the read, from the new start.
+    consumer = Consumer(
+        settings.consumer_config(client_role, client_role) | {"auto.offset.reset": "earliest"}
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        metadata = consumer.list_topics(topic, timeout=min(15.0, timeout_s)).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            if require:
+                raise TopicMissing(
+                    f"topic {topic} does not exist on {settings.bootstrap_servers}: create it "
+                    "with `headwater topics ensure` (or check the topic prefix)"
+                )
+            return
+        ends: dict[int, int] = {}
+        assignment = []
+        for partition in metadata.partitions:
+            low, high = _watermarks(consumer, TopicPartition(topic, partition), deadline)
+            assignment.append(TopicPartition(topic, partition, low))
+            if high > low:
+                ends[partition] = high
+        if not ends:
+            return
+        consumer.assign(assignment)
+        while ends:
+            if time.monotonic() > deadline:
+                raise ReadError(
+                    f"reading {topic} did not reach its end within {timeout_s:.0f} s "
+                    f"(partitions not done: {sorted(ends)})"
+                )
+            for msg in consumer.consume(1000, 0.2):
+                error = msg.error()
+                if error is not None:
+                    if error.fatal() or error.code() not in _TRANSIENT:
+                        raise ReadError(f"reading {topic}: {error.str()}")
+                    continue
+                if (msg.offset() or 0) < ends.get(msg.partition() or 0, 0):
+                    yield msg
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
+                if tp.offset >= ends[tp.partition]:
+                    ends.pop(tp.partition)
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Any, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """Return (low, high) of a partition, retrying while its leader is being elected.
+
+    Raises:
+        ReadError: The broker refused, or no leader was elected before ``deadline``.
+    """
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            waiting = error.retriable() or error.code() in _ELECTING
+            if not waiting or time.monotonic() > deadline:
+                raise ReadError(f"reading {tp.topic}[{tp.partition}]: {error.str()}") from None
+            time.sleep(0.2)
