@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -205,12 +204,13 @@ def _down(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     from headwater.devstack import state
     from headwater.devstack.watch import DEFAULT_TOPICS, watch
+    from headwater.kafka.settings import bootstrap_from_env
 
     bootstrap = args.bootstrap_servers
     if not bootstrap:
         running = state.read(args.workdir.resolve())
         bootstrap = running.bootstrap_servers if running else None
-    bootstrap = bootstrap or os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    bootstrap = bootstrap or bootstrap_from_env()
     return watch(
         bootstrap,
         args.topics or DEFAULT_TOPICS,

@@ -24,6 +24,10 @@ from headwater.runtime.env import SettingError, env_int, env_str
 #: default (consistent_random) hashes differently.
 PARTITIONER = "murmur2_random"
 
+#: Where a client looks for Kafka when ``HEADWATER_KAFKA_BOOTSTRAP_SERVERS`` is not set: the
+#: dev stack's (and the test suite's) broker on loopback. The one place this default lives.
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -32,6 +36,16 @@ ENV_PASSWORD = "HEADWATER_KAFKA_SASL_PASSWORD"
 ENV_CA = "HEADWATER_KAFKA_SSL_CA_LOCATION"
 ENV_CERT = "HEADWATER_KAFKA_SSL_CERTIFICATE_LOCATION"
 ENV_KEY = "HEADWATER_KAFKA_SSL_KEY_LOCATION"
+
+
+def bootstrap_from_env(env: Mapping[str, str] | None = None) -> str:
+    """Return ``HEADWATER_KAFKA_BOOTSTRAP_SERVERS``, else :data:`DEFAULT_BOOTSTRAP_SERVERS`.
+
+    The default of every ``--bootstrap-servers`` option (standard library only: command
+    groups register without their extras).
+    """
+    env = os.environ if env is None else env
+    return env.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS
 
 
 def default_instance(env: Mapping[str, str] | None = None) -> str:
@@ -52,7 +66,7 @@ def default_instance(env: Mapping[str, str] | None = None) -> str:
 class KafkaSettings:
     """Connection, security and producer settings shared by every Kafka client."""
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
     linger_ms: int = 5
     compression_type: str = "none"
     security_protocol: str = "PLAINTEXT"
@@ -116,7 +130,9 @@ class KafkaSettings:
             if path and not os.access(path, os.R_OK):
                 raise SettingError(f"{name}={path!r}: no readable file there")
         return cls(
-            bootstrap_servers=env_str(env, "HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+            bootstrap_servers=env_str(
+                env, "HEADWATER_KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP_SERVERS
+            ),
             linger_ms=env_int(env, "HEADWATER_KAFKA_LINGER_MS", 5),
             compression_type=compression,
             security_protocol=protocol,

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headwater.kafka.settings import bootstrap_from_env
+
 #: Exit status when ``show`` finds no record, and when a file or the topic is refused.
 NOT_FOUND = 1
 REFUSED = 2
@@ -22,7 +24,7 @@ REFUSED = 2
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        default=bootstrap_from_env(),
         help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS); security "
         "comes from HEADWATER_KAFKA_*",
     )

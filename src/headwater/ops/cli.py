@@ -1,4 +1,10 @@
-"""``headwater dlq``, ``headwater offsets`` and ``headwater lag``: operator commands."""
+"""``headwater dlq``, ``offsets``, ``lag`` and ``status``: operator commands.
+
+``status`` checks a Helm release on Kubernetes (ingest pods, the enricher's
+SparkApplication and its lag; exit 1 when something needs attention); the others talk to
+Kafka. ``headwater topics`` and ``headwater master`` register from their own
+modules (``ops/topics.py``, ``master/cli.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,14 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from headwater.kafka.settings import bootstrap_from_env
 from headwater.topics import DEADLETTER_TOPIC
 
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        default=bootstrap_from_env(),
         help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")

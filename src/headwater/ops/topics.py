@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+
+from headwater.kafka.settings import bootstrap_from_env
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ensure.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        default=bootstrap_from_env(),
         help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
     )
     ensure.add_argument("--partitions", type=int, default=6, help="partitions per topic")
