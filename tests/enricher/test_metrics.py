@@ -112,7 +112,7 @@ def test_scrape_has_counters_and_histograms_with_units_and_no_precomputed_rates(
 def test_headwater_lag_signals_come_from_the_scraped_counter_and_histograms(
     tmp_path: Path,
 ) -> None:
-    from headwater.ops.signals import SIGNALS, parse, signals
+    from headwater.ops.scrape import SIGNALS, parse, signals
 
     first = {
         "batch_id": 0,

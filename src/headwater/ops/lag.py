@@ -22,7 +22,7 @@ from headwater.ops.offsets import PartitionOffsets, positions, show
 
 # The consumer signals shown next to the lag, computed from the enricher's counter and
 # histograms (re-exported: the CLI imports them from here).
-from headwater.ops.signals import SIGNALS, scrape_signals  # noqa: F401
+from headwater.ops.scrape import SIGNALS, scrape_signals  # noqa: F401
 
 #: The enricher's progress group when ``HEADWATER_ENRICHER_PROGRESS_GROUP`` is unset
 #: (the same default as the enricher's settings).

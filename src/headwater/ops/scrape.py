@@ -1,10 +1,11 @@
-"""The enricher's consumer signals, computed from its counters and histograms like PromQL.
+"""Prometheus scrape arithmetic: the enricher's consumer signals, computed like PromQL.
 
-The enricher exports no precomputed rates or quantiles; ``headwater lag --metrics-url``
-scrapes the counter and histograms and computes them here. Between two scrapes of the same
-endpoint (``--watch``), the signals cover that interval, like ``rate()`` and
-``histogram_quantile()`` over it; on a single scrape the quantiles cover every sample since
-the enricher started and the byte rate is not known yet (left out).
+``rate()`` and ``histogram_quantile()`` over text-format scrapes (not Unix signals). The
+enricher exports no precomputed rates or quantiles; ``headwater lag --metrics-url`` scrapes
+the counter and histograms and computes them here. Between two scrapes of the same endpoint
+(``--watch``), the signals cover that interval, like ``rate()`` and ``histogram_quantile()``
+over it; on a single scrape the quantiles cover every sample since the enricher started and
+the byte rate is not known yet (left out).
 """
 
 from __future__ import annotations

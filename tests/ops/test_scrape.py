@@ -16,9 +16,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
 from headwater.enricher.metrics import EnricherListener
-from headwater.ops import signals
+from headwater.ops import scrape
 from headwater.ops.lag import scrape_signals
-from headwater.ops.signals import histogram_quantile
+from headwater.ops.scrape import histogram_quantile
 
 
 def _free_port() -> int:
@@ -36,7 +36,7 @@ def test_watch_gets_the_byte_rate_and_window_quantiles_between_scrapes(tmp_path:
     server, _thread = start_http_server(port, "127.0.0.1", registry=registry)
     url = f"http://127.0.0.1:{port}/metrics"
     clock = iter([50.0, 54.0])
-    monkeypatch.setattr(signals.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(scrape.time, "monotonic", lambda: next(clock))
     try:
         with stats.open("a") as f:
             f.write(json.dumps({"counts": {"bytes": 400}, "latency_ms": {"read_to_ack": [7.0]}}))
