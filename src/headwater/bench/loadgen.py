@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from headwater.kafka.settings import PARTITIONER, resolve_kafka
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.runtime.stats import quantile
 from headwater.wire import varint
 
 PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
@@ -323,7 +324,5 @@ def open_loop_worker(conn: Connection, target: str, specs: Sequence[OpenLoopSpec
 
 def percentile_ms(latencies_s: Sequence[float], q: float) -> float | None:
     """The ``q`` quantile of latencies in milliseconds (None when there are none)."""
-    if not latencies_s:
-        return None
-    ordered = sorted(latencies_s)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+    found = quantile(latencies_s, q)
+    return None if found is None else round(found * 1000, 1)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater.bench.loadgen import Measured
+from headwater.runtime.stats import quantile
 
 #: Targets from issue 2, item 6.
 SINGLE_VS_ECHO = 0.80
@@ -43,10 +44,10 @@ def make_row(
     key: str, name: str, kind: str, size: int, m: Measured, rss: float | None = None
 ) -> Row:
     """Turn a measurement into a row: rate, MB/s of payload, p50/p99 per call or frame."""
-    lat = sorted(m.latencies_s)
 
     def pct(q: float) -> float | None:
-        return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else None
+        found = quantile(m.latencies_s, q)
+        return None if found is None else round(found * 1000, 2)
 
     rate = m.messages / m.seconds if m.seconds else 0.0
     return Row(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from headwater.devstack.fleet import FleetStats
 from headwater.devstack.readback import IngestReadback, read_topic
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+from headwater.runtime.stats import percentile
 from headwater.topics import (
     COMPLETIONS_TOPIC,
     DEADLETTER_TOPIC,
@@ -17,15 +17,6 @@ from headwater.topics import (
     EVENT_TOPICS,
     RETRY_TOPIC,
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Return the q-th percentile (0-100) of ``values``, 0 when empty."""
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 @dataclass
