@@ -93,7 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headwater.runtime.jvm import JvmSetupError
     from headwater.runtime.startup import StartupError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # A command that hands its arguments to another program's parser (``bench enricher``)
+    # sets ``forward_args``; anywhere else an unknown argument is an error, as with
+    # parse_args.
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "forward_args", False):
+        args.forwarded = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return int(args.func(args) or 0)
     except (StartupError, SettingError, JvmSetupError) as exc:

@@ -1,4 +1,9 @@
-"""``headwater bench``: benchmarks that print figures and ratios against ceilings."""
+"""``headwater bench``: every benchmark (ingest, gateway, enricher), none used in production.
+
+They print figures and ratios against ceilings measured in the same run. The ingest and
+gateway benchmarks live in this package; ``enricher`` runs ``headwater.enricher.bench``
+(next to the Spark job it measures) with its own arguments.
+"""
 
 from __future__ import annotations
 
@@ -86,6 +91,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gateway.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
     gateway.add_argument("--json", action="store_true", help="print the report as JSON")
     gateway.set_defaults(func=_gateway)
+    enricher = commands.add_parser(
+        "enricher",
+        help="the enricher's throughput and latency on local Spark, and its keyed-state floor",
+        description=(
+            "The enricher benchmark (headwater.enricher.bench): every argument is its own; "
+            "`headwater bench enricher --help` lists them."
+        ),
+        add_help=False,  # --help goes to the enricher benchmark's own parser
+    )
+    enricher.set_defaults(func=_enricher, forward_args=True)
 
 
 def _fmt(value: Any) -> str:
@@ -231,3 +246,9 @@ def _gateway(args: argparse.Namespace) -> int:
     print(render(rows, [("scenario", "scenario"), ("msgs_per_s", "msgs/s")]))
     print(f"spooled / direct: {report['spooled_vs_direct']:.0%}")
     return 0
+
+
+def _enricher(args: argparse.Namespace) -> int:
+    from headwater.enricher.bench import main
+
+    return main(list(args.forwarded))
