@@ -10,10 +10,13 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
+
+from headwater.runtime.env import env_str
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -41,13 +44,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def log_level(env: Mapping[str, str] | None = None) -> str:
+    """Return ``HEADWATER_LOG_LEVEL`` (upper case), INFO when unset."""
+    return env_str(os.environ if env is None else env, "HEADWATER_LOG_LEVEL", "INFO").upper()
+
+
 def configure_logging(level: str | None = None) -> None:
     """Send JSON logs to stderr at ``level`` (default: ``HEADWATER_LOG_LEVEL`` or INFO)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel((level or os.environ.get("HEADWATER_LOG_LEVEL", "INFO")).upper())
+    root.setLevel(level.upper() if level else log_level())
     # aiokafka logs every reconnect attempt at ERROR; our own messages say what to do.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # py4j logs every command between PySpark and its JVM at INFO.
