@@ -12,6 +12,9 @@ from headwater.devstack.broker import EmbeddedBroker
 from headwater.kafka.admin import ensure_topics
 from headwater.topics import TopicSpec
 
+#: Fixtures shared across test packages (fixtures out of test modules: tests/support).
+pytest_plugins = ["tests.support.ingest"]
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

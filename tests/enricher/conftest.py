@@ -1,10 +1,12 @@
-"""Enricher fixtures: one local Spark session for the whole run, and Kafka helpers."""
+"""Enricher fixtures: one local Spark session for the whole run; queries started on it."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,20 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
     register_sources(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def running(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start queries with ``running(settings)``; all are stopped at the end of the test."""
+    from headwater.enricher import job
+
+    queries = []
+
+    def start(settings: Any) -> Any:
+        q = job.start(spark, settings, str(tmp_path / "stats.jsonl"))
+        queries.append(q)
+        return q
+
+    yield start
+    for q in queries:
+        q.stop()

@@ -1,28 +1,26 @@
 """Each vendor format as a unit: tolerant decoding, JSON decisions, Sparkplug B, OPC UA PubSub.
 
-The Sparkplug B payloads here are encoded by hand from the specification's field numbers
-(Eclipse Sparkplug 3.0, 6.4 "Payload"), not with our .proto, so a wrong field number or type
-in proto/headwater/sparkplug/v1/sparkplug_b.proto fails these tests. The OPC UA messages follow
-the layouts of OPC 10000-14, 7.2.5 (1.04 and 1.05 encodings).
+The Sparkplug B payloads are encoded by hand from the specification's field numbers
+(tests/support/payloads.py: Eclipse Sparkplug 3.0, 6.4 "Payload"), not with our .proto, so a
+wrong field number or type in proto/headwater/sparkplug/v1/sparkplug_b.proto fails these tests.
+The OPC UA messages follow the layouts of OPC 10000-14, 7.2.5 (1.04 and 1.05 encodings).
 """
 
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
 from headwater.enricher.births import Definitions, apply_to_row
 from headwater.enricher.formats.base import NormalizeError
 from headwater.enricher.normalize import normalize_message
-from headwater.wire import length_field, varint, varint_field
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH
+from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA, SPB
+from tests.support.payloads import opcua_network as _network
+from tests.support.payloads import sparkplug_metric as _metric
+from tests.support.payloads import sparkplug_payload as _payload
 
-SPB = "application/vnd.eclipse.sparkplug.b+protobuf"
-DBIRTH = SPB + "; message-type=DBIRTH"
-DDATA = SPB + "; message-type=DDATA"
-OPCUA = "application/vnd.opcfoundation.uapubsub+json"
 MEASURED = [
     {"name": "temperature", "value": 21.5, "unit": "celsius", "time_ms": None},
     {"name": "humidity", "value": 40.1, "unit": "percent", "time_ms": None},
@@ -117,68 +115,6 @@ def test_existing_formats_still_normalize() -> None:
     assert normalize_message(ALARM, b'{"code": "E1", "severity": "WARNING"}')["alarm_severity"] == 2
 
 
-# --- Sparkplug B ----------------------------------------------------------------------------
-# Field numbers from the specification: Payload{timestamp=1 uint64, metrics=2, seq=3};
-# Metric{name=1, alias=2, timestamp=3, datatype=4, is_null=7, properties=9, int_value=10,
-# long_value=11, float_value=12, double_value=13, boolean_value=14, string_value=15};
-# PropertySet{keys=1, values=2}; PropertyValue{type=1, string_value=8}.
-
-
-def _metric(
-    name: str = "",
-    alias: int | None = None,
-    datatype: int = 0,
-    ts: int | None = None,
-    unit: str = "",
-    is_null: bool = False,
-    **value: object,
-) -> bytes:
-    out = length_field(1, name.encode()) if name else b""
-    if alias is not None:
-        out += varint_field(2, alias)
-    if ts is not None:
-        out += varint_field(3, ts)
-    if datatype:
-        out += varint_field(4, datatype)
-    if is_null:
-        out += varint_field(7, 1)
-    if unit:
-        prop = varint_field(1, 12) + length_field(8, unit.encode())
-        out += length_field(9, length_field(1, b"engUnit") + length_field(2, prop))
-    for kind, v in value.items():
-        if kind == "int_value":
-            out += varint_field(10, int(v) & 0xFFFFFFFF)  # type: ignore[call-overload]
-        elif kind == "long_value":
-            out += varint_field(11, int(v) & 0xFFFFFFFFFFFFFFFF)  # type: ignore[call-overload]
-        elif kind == "float_value":
-            out += varint(12 << 3 | 5) + struct.pack("<f", v)
-        elif kind == "double_value":
-            out += varint(13 << 3 | 1) + struct.pack("<d", v)
-        elif kind == "boolean_value":
-            out += varint_field(14, int(bool(v)))
-        elif kind == "string_value":
-            out += length_field(15, str(v).encode())
-    return out
-
-
-def _payload(*metrics: bytes, ts: int = 1_700_000_000_000, seq: int = 0) -> bytes:
-    return (
-        varint_field(1, ts) + b"".join(length_field(2, m) for m in metrics) + varint_field(3, seq)
-    )
-
-
-BIRTH = _payload(
-    _metric("Temp", alias=1, datatype=9, unit="°F", float_value=70.7),
-    _metric("Pressure", alias=2, datatype=10, unit="hPa", double_value=1013.25),
-    _metric("Offset", alias=3, datatype=2, int_value=-2),  # Int16, sign-extended
-    _metric("Running", alias=4, datatype=11, boolean_value=True),
-    _metric("Serial", alias=5, datatype=12, string_value="SN-1"),  # not a measurement
-    _metric("Counter", alias=6, datatype=4, long_value=-5),  # Int64, two's complement
-    _metric("Spare", alias=7, datatype=10, is_null=True),  # null: defined, no value
-    _metric("Started", alias=8, datatype=13, long_value=1_600_000_000_000),  # DateTime
-)
-
-
 def _resolve(content_type: str, payload: bytes, defs: Definitions) -> list[dict[str, object]]:
     row = normalize_message(content_type, payload)
     assert not row.get("error_reason"), row
@@ -262,20 +198,6 @@ def test_sparkplug_bad_payloads(content_type: str, payload: bytes, reason, says)
         return
     assert out["error_reason"] == reason
     assert says in out["error_message"]
-
-
-# --- OPC UA PubSub JSON ----------------------------------------------------------------------
-
-
-def _network(*messages: dict[str, object]) -> bytes:
-    return json.dumps(
-        {
-            "MessageId": "32235546-05d9-4fd7-97df-ea3ff3408574",
-            "MessageType": "ua-data",
-            "PublisherId": "MyPublisher",
-            "Messages": list(messages),
-        }
-    ).encode()
 
 
 def test_opcua_network_message_with_two_data_set_messages() -> None:

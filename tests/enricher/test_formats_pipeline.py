@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from headwater.proto.events.v1 import dead_letter_pb2, event_pb2
-from tests.enricher.test_formats import BIRTH, DBIRTH, DDATA, OPCUA, _metric, _network, _payload
-from tests.enricher.test_pipeline import alive, running, settings_for  # noqa: F401 (fixture)
+from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
     ALARM,
@@ -25,13 +24,17 @@ from tests.support.kafkatools import (
     outcome,
     read_all,
 )
+from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA
+from tests.support.payloads import opcua_network as _network
+from tests.support.payloads import sparkplug_metric as _metric
+from tests.support.payloads import sparkplug_payload as _payload
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 T0 = 1_700_000_000_000
 
 
-def test_every_format_end_to_end(kafka_bootstrap: str, running, tmp_path) -> None:  # noqa: F811
+def test_every_format_end_to_end(kafka_bootstrap: str, running, tmp_path) -> None:
     topics = make_topics(kafka_bootstrap)
     for device in ("d-acme", "d-globex", "d-initech", "d-spb", "d-opc"):
         master(kafka_bootstrap, topics, device)

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from headwater.enricher import job
 from headwater.enricher.enrich import event_id
-from headwater.enricher.settings import EnricherSettings, EnricherTopics
-from headwater.kafka.settings import KafkaSettings
 from headwater.proto.events.v1 import (
     dead_letter_pb2,
     device_state_pb2,
     event_pb2,
     parked_message_pb2,
 )
+from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
     ALARM,
@@ -38,45 +34,6 @@ from tests.support.kafkatools import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def settings_for(
-    bootstrap: str, topics: EnricherTopics, checkpoint: str, **kw: Any
-) -> EnricherSettings:
-    base = EnricherSettings(
-        checkpoint_location=checkpoint,
-        starting_offsets="earliest",
-        trigger_interval_seconds=0.2,
-        retry_backoff_seconds=1.0,
-        max_attempts=3,
-        topics=topics,
-        # The embedded broker supports confluent-kafka's idempotent producer.
-        kafka=KafkaSettings(bootstrap_servers=bootstrap),
-    )
-    return dataclasses.replace(base, **kw)
-
-
-@pytest.fixture
-def running(spark, tmp_path) -> Iterator[Any]:
-    """Start queries with ``running(settings)``; all are stopped at the end of the test."""
-    queries = []
-
-    def start(settings: EnricherSettings) -> Any:
-        q = job.start(spark, settings, str(tmp_path / "stats.jsonl"))
-        queries.append(q)
-        return q
-
-    yield start
-    for q in queries:
-        q.stop()
-
-
-def alive(q: Any) -> Any:
-    def tick() -> None:
-        if q.exception() is not None:
-            raise AssertionError(f"query failed: {q.exception()}")
-
-    return tick
 
 
 GLOBEX_PAYLOAD = (

@@ -17,7 +17,7 @@ from headwater.enricher import job
 from headwater.enricher.enrich import event_id
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import dead_letter_pb2, device_state_pb2, event_pb2
-from tests.enricher.test_pipeline import alive, settings_for
+from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
     ALARM,

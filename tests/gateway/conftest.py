@@ -9,17 +9,12 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from headwater import record_headers as rh
 from headwater.gateway.config import GatewayConfig
 from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
-from tests.ingest.conftest import (  # noqa: F401  (fixtures)
-    TOKENS,
-    ingest_settings,
-    ingest_topics,
-    start_ingest,
-    tokens_file,
-)
+from tests.support.ingest import TOKENS
 
 CT = "application/vnd.acme.telemetry.v1+json"
 
@@ -39,15 +34,22 @@ def config(target: str, **kw: Any) -> GatewayConfig:
 def in_kafka(bootstrap: str, endpoint: str, ids: set[str]) -> set[str]:
     """Return which of ``ids`` are in the endpoint's ingest topic.
 
-    Stops as soon as all are found; otherwise reads to the end of the topic.
+    The topic is shared by every test that runs a server on the session broker, and others
+    write to it too (a redrive test, say): records are picked by their ``message-id`` header
+    first, and only ours are decoded. Stops as soon as all are found; otherwise reads to the
+    end of the topic.
     """
     found: set[str] = set()
     for record in read_topic(bootstrap, INGEST_TOPICS[endpoint]):
+        headers: dict[str, bytes] = dict(record.headers() or [])  # type: ignore[arg-type]
+        message_id = headers.get(rh.MESSAGE_ID, b"").decode("utf-8", "replace")
+        if message_id not in ids:
+            continue
         msg = device_message_pb2.DeviceMessage.FromString(record.value())
-        if msg.message_id in ids:
-            found.add(msg.message_id)
-            if found == ids:
-                break
+        assert msg.message_id == message_id, "the header names another message than the value"
+        found.add(message_id)
+        if found == ids:
+            break
     return found
 
 

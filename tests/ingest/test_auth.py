@@ -11,20 +11,12 @@ import pytest
 from headwater.ingest.auth import TokensFileError, hash_token, parse_tokens
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
+from tests.support.ingest import publish
 from tests.support.tls_certs import issue, make_ca, write_pem
 
-from .conftest import TOKENS_YAML, bearer, device_message
-from .test_limits_and_errors import details_of
+from .conftest import TOKENS_YAML, bearer, details_of, device_message
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
-
-
-async def publish(stub, device_id="acme-001", metadata=None, deadline_s=10):
-    return await stub.PublishTelemetry(
-        api.PublishTelemetryRequest(messages=[device_message(device_id)]),
-        metadata=metadata,
-        timeout=deadline_s,
-    )
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 from tests.support.faultproxy import FaultProxy
+from tests.support.ingest import assert_refused
 
 from .conftest import RunningIngest, bearer, details_of, device_message
 
@@ -96,23 +97,6 @@ def on(broker: Broker, base: IngestSettings, **changes: object) -> IngestSetting
         kafka=dataclasses.replace(base.kafka, bootstrap_servers=broker.bootstrap),
         **changes,
     )
-
-
-def assert_refused(exc: grpc.aio.AioRpcError, limit: str, subject: str, setting: str) -> None:
-    """RESOURCE_EXHAUSTED, reason OVERLOADED, a RetryInfo, a QuotaFailure naming the limit."""
-    assert exc.code() == EXHAUSTED, exc
-    details = details_of(exc)
-    info = details["ErrorInfo"]
-    assert info.reason == "OVERLOADED"  # gateways pause on it (any other reason shrinks frames)
-    assert info.metadata["limit"] == limit
-    assert details["RetryInfo"].retry_delay.ToNanoseconds() > 0
-    (violation,) = details["QuotaFailure"].violations
-    assert (violation.quota_id, violation.subject, violation.quota_metric) == (
-        limit,
-        subject,
-        setting,
-    )
-    assert setting in violation.description
 
 
 async def publish(

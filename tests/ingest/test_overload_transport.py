@@ -23,9 +23,7 @@ from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS
-
-from .conftest import RunningIngest, bearer, device_message
-from .test_overload import assert_refused
+from tests.support.ingest import RunningIngest, assert_refused, bearer, device_message
 
 PUBLISH = "/headwater.ingest.v1.IngestService/PublishTelemetry"
 TOPIC = INGEST_TOPICS["telemetry"]

@@ -20,10 +20,7 @@ from headwater import record_headers as rh
 from headwater.endpoints import SERVICE_NAME
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS
-
-from .conftest import TOKENS_YAML, bearer, device_message
-from .test_auth import publish
-from .test_limits_and_errors import details_of
+from tests.support.ingest import TOKENS_YAML, bearer, details_of, device_message, publish
 
 TOPIC = INGEST_TOPICS["telemetry"]
 GW_A_ENTRY_END = 'devices: ["acme-*"]\n  - id: gw-b'

@@ -25,10 +25,8 @@ from headwater.ingest.settings import DEFAULT_HEALTH_PORT, IngestSettings
 from headwater.ingest.tls import RotatingCertificates, TlsFilesError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
+from tests.support.ingest import device_message, publish
 from tests.support.tls_certs import Pem, issue, make_ca
-
-from .conftest import device_message
-from .test_auth import publish
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

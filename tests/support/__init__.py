@@ -1,1 +1,2 @@
-"""Helpers shared by the test packages: reading Kafka, the fault proxy, TLS material."""
+"""Helpers shared by the test packages: reading Kafka, an ingest server, enricher queries,
+vendor payloads, the fault proxy, TLS material (docs/design.md, "The packages")."""
