@@ -12,12 +12,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.ops import dlq
 from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
+from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
-from headwater.topics import TopicSpec
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -126,7 +125,10 @@ def dead_letter(message_id: str, reason: str, source_topic: str = "ingest.teleme
         message_id=message_id,
         device_id="acme-001",
         source=completion_pb2.SourceRecord(topic=source_topic, partition=0, offset=7),
-        original_value=b"\x0a\x02m1original-device-message",
+        # The ingest topics hold device messages only (the gateway's tests read them).
+        original_value=device_message_pb2.DeviceMessage(
+            message_id=message_id, device_id="acme-001"
+        ).SerializeToString(),
         original_headers=[dead_letter_pb2.Header(key="message-id", value=message_id.encode())],
         stage="normalize",
         reason=reason,
@@ -179,21 +181,21 @@ def test_dlq_redrive_dry_run_then_execute_with_audit_headers(kafka_bootstrap, to
     skipped = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
     assert skipped[0].skipped_reason == "source is not an ingest topic"
     letter = records[0].letter
-    letter.source.topic = "ingest.telemetry.v1"
-    # The broker creates no topic on first use: the ingest topic exists, as in production.
-    ensure_topics(kafka_bootstrap, [TopicSpec("ingest.telemetry.v1", 1, 1)])
-    dry = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True)
+    # A deployment's ingest topics (a prefixed name stands for them): the redrive target.
+    ingest = (target,)
+    dry = dlq.redrive(
+        kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True, ingest_topics=ingest
+    )
     assert dry[0].sent is False and not dry[0].skipped_reason
-    sent = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
+    sent = dlq.redrive(
+        kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False, ingest_topics=ingest
+    )
     assert sent[0].sent is True
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "redrive-check"})
-
     found = [
         m
-        for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+        for m in read_topic(kafka_bootstrap, target)
         if dict(m.headers() or []).get("redrive-by") == b"ops"
     ]
-    consumer.close()
     assert found, "redriven record not in the ingest topic"
     headers = dict(found[-1].headers())
     assert found[-1].value() == letter.original_value
@@ -227,9 +229,10 @@ def _ingest_original(bootstrap: str, message_id: str, device: str, tenant: str) 
     """Write a device message's ingest record to partition 0; return its offset."""
     offsets: list[int] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    value = device_message_pb2.DeviceMessage(message_id=message_id, device_id=device)
     producer.produce(
         "ingest.telemetry.v1",
-        b"original-device-message",
+        value.SerializeToString(),  # the ingest topics hold device messages only
         device.encode(),
         0,
         headers=[("message-id", message_id.encode()), ("tenant", tenant.encode())],
@@ -247,8 +250,11 @@ def _letter(message_id: str, device: str, tenant: str, source_offset: int) -> by
     return letter.SerializeToString()
 
 
-def test_dlq_redrive_skips_a_letter_redriven_already_unless_forced(kafka_bootstrap, topic_factory):
-    ensure_topics(kafka_bootstrap, [TopicSpec("ingest.telemetry.v1", 1, 1)])
+def test_dlq_redrive_skips_a_letter_redriven_already_unless_forced(
+    kafka_bootstrap, topic_factory, ingest_topics
+):
+    # The command redrives to the real ingest topics (ingest_topics: as the ingest tests
+    # create them); what it writes there is a device message, like every record there.
     dl_topic = topic_factory("dlq")
     message_id, device = f"m-{uuid.uuid4().hex[:8]}", f"dev-{uuid.uuid4().hex[:8]}"
     acme_at = _ingest_original(kafka_bootstrap, message_id, device, "acme")
