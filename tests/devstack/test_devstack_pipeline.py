@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helm.monitoring import (
+from tests.support.monitoring import (
     exported_names,
     exported_types,
     expressions,

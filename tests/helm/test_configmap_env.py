@@ -19,7 +19,7 @@ from headwater.ingest.settings import IngestSettings
 from headwater.kafka.settings import KafkaSettings
 from headwater.runtime.env import recording
 from headwater.runtime.logs import log_level
-from tests.helm.conftest import VALUES_SETS, render
+from tests.support.chart import VALUES_SETS, render
 
 #: Every optional branch of the chart's settings on: SASL, mTLS to Kafka and from gateways,
 #: the enricher with a starting position.

@@ -10,8 +10,7 @@ import copy
 import json
 from pathlib import Path
 
-from .conftest import VALUES_SETS, render
-from .monitoring import (
+from tests.support.monitoring import (
     dashboard,
     exported_names,
     exported_types,
@@ -24,6 +23,8 @@ from .monitoring import (
     runbook_anchors,
     scrape_of_the_services,
 )
+
+from .conftest import VALUES_SETS, render
 
 OPERATIONS = Path(__file__).parents[2] / "docs" / "operations.md"
 

@@ -1,2 +1,3 @@
 """Helpers shared by the test packages: reading Kafka, an ingest server, enricher queries,
-vendor payloads, the fault proxy, TLS material (docs/design.md, "The packages")."""
+vendor payloads, the chart rendered and its monitoring, the fault proxy, TLS material
+(docs/design.md, "The packages")."""

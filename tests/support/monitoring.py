@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .conftest import CHART, VALUES_SETS, render
+from tests.support.chart import CHART, VALUES_SETS, render
 
 #: A metric selector in PromQL: a name directly followed by its label matchers.
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
