@@ -20,11 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from headwater.devstack import ownership
 from headwater.devstack import state as stack_state
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.devstack.services import (
+    PartFailedError,
     Ports,
     create_topics,
+    exit_reason,
+    last_commit,
+    log_tail,
     service_env,
     start_enricher,
     start_ingest,
@@ -177,6 +182,12 @@ class Supervisor:
             await self._watch(stop)
         except _Stopped:
             log.info("stop requested while starting")
+        except (PartFailedError, ownership.CheckpointMismatchError) as exc:
+            # Expected failures: their message says what happened and what to do.
+            failed = True
+            log.error("dev stack failed to start: %s", exc)
+            part = exc.part if isinstance(exc, PartFailedError) else None
+            self._save(status="failed", error=str(exc), failed_part=part)
         except Exception as exc:
             failed = True
             log.exception("dev stack failed to start")
@@ -192,6 +203,7 @@ class Supervisor:
 
     async def _start(self, stop: asyncio.Event) -> None:
         ports, workdir = self.opts.ports, self.workdir
+        checkpoint = workdir / "checkpoint"
         self._save(step="starting the Kafka broker")
         self.broker = EmbeddedBroker(
             port=ports.kafka, log_path=workdir / "broker.log", data_dir=workdir / "kafka"
@@ -199,22 +211,39 @@ class Supervisor:
         await _in_thread(self.broker.start, stop)
         if self.broker.pid:
             self._save(pids={**self._pids(), "broker": self.broker.pid})
+        if self.opts.with_enricher:
+            # Before the enricher reads it: its offsets must be this broker's data's.
+            claimed = ownership.claim(checkpoint, workdir / "kafka")
+            log.info("enricher checkpoint %s: %s", checkpoint, claimed)
         bootstrap = self.broker.bootstrap_servers
         self._save(step="creating topics and the demo device's master data")
         await _in_thread(lambda: create_topics(bootstrap), stop)
         await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
-        env = service_env(bootstrap, ports, workdir, workdir / "tokens.yaml")
+        env = service_env(bootstrap, ports, checkpoint, workdir / "tokens.yaml")
         self._save(step="starting the ingest service")
         self.procs["ingest"] = start_ingest(env, workdir)
         self._save(pids=self._pids())
         target = f"127.0.0.1:{ports.grpc}"
-        await _unless_stopped(wait_serving(target, self.procs["ingest"], INGEST_START_S), stop)
+        await _unless_stopped(
+            wait_serving(target, self.procs["ingest"], INGEST_START_S, workdir / "ingest.log"),
+            stop,
+        )
         if self.opts.with_enricher:
+            # Up means the enricher completed a micro-batch of its own, not that an earlier
+            # run's commits are on disk. One always comes: the demo master record published
+            # above is new data on a topic the enricher reads.
+            before = last_commit(checkpoint)
             self._save(step="starting the enricher (Spark takes a while)")
             self.procs["enricher"] = start_enricher(env, workdir)
             self._save(pids=self._pids())
             await _unless_stopped(
-                wait_first_batch(workdir / "checkpoint", self.procs["enricher"], ENRICHER_START_S),
+                wait_first_batch(
+                    checkpoint,
+                    self.procs["enricher"],
+                    ENRICHER_START_S,
+                    workdir / "enricher.log",
+                    after=before,
+                ),
                 stop,
             )
 
@@ -233,8 +262,14 @@ class Supervisor:
             for name, proc in self.procs.items():
                 code = proc.poll()
                 if code is not None and name not in self.state.exited:
-                    log.error("%s exited with code %s: see %s.log", name, code, name)
-                    self._save(status="degraded", exited={**self.state.exited, name: code})
+                    log.error("%s %s: see %s.log", name, exit_reason(code), name)
+                    # Why, for `status`: its log's last lines, read while they are fresh.
+                    tail = log_tail(self.workdir / f"{name}.log")
+                    self._save(
+                        status="degraded",
+                        exited={**self.state.exited, name: code},
+                        exit_logs={**self.state.exit_logs, name: tail},
+                    )
 
     def _stop_all(self) -> None:
         """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""
