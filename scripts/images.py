@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -115,7 +114,8 @@ def podman(*args: str, capture: bool = False) -> str:
     done = subprocess.run(
         [*PODMAN, *args],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE if capture else None,
+        # Build output is progress: stderr, so that stdout is the figures alone.
+        stdout=subprocess.PIPE if capture else sys.stderr,
         text=True,
         check=False,
     )
@@ -162,18 +162,20 @@ def debian_base(name: str) -> str:
     if image_exists(ref):
         return ref
     if shutil.which("mmdebstrap") is None:
-        raise SystemExit("images: no registry is reachable and mmdebstrap is missing: see docs/deploy.md")
+        raise SystemExit(
+            "images: no registry is reachable and mmdebstrap is missing: see docs/deploy.md"
+        )
     log(f"making {ref} with mmdebstrap")
     with tempfile.TemporaryDirectory(prefix="headwater-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         cmd = ["mmdebstrap", "--quiet", "--variant=minbase"]
         cmd += ["--include=" + ",".join(recipe["packages"])]
         # Smaller bases: no apt lists or caches (the Dockerfiles run apt-get update first).
-        cmd += ["--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*"]
+        cmd += ['--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*']
         if recipe["hook"]:
             cmd += [f"--customize-hook={recipe['hook']}"]
         cmd += ["bookworm", str(tarball), *DEBIAN_SOURCES]
-        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, stdout=sys.stderr)
         changes = []
         for key, value in recipe["env"].items():
             changes += ["--change", f"ENV {key}={value}"]
@@ -184,11 +186,15 @@ def debian_base(name: str) -> str:
 def spark_base(os_base: str, pins: dict[str, str]) -> str:
     """Build the Spark base (images/spark-base/Dockerfile) on ``os_base``."""
     ref = f"{BASE_REPO}-spark:{pins['spark']}-bookworm"
-    build(ref, ROOT / "images" / "spark-base" / "Dockerfile", {
-        "OS_BASE": os_base,
-        "SPARK_VERSION": pins["spark"],
-        "PY4J_VERSION": pins["py4j"],
-    })
+    build(
+        ref,
+        ROOT / "images" / "spark-base" / "Dockerfile",
+        {
+            "OS_BASE": os_base,
+            "SPARK_VERSION": pins["spark"],
+            "PY4J_VERSION": pins["py4j"],
+        },
+    )
     return ref
 
 
@@ -225,6 +231,7 @@ def base_args(parts: list[str], bases: str) -> dict[str, dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build the images; print the figures."""
     parser = argparse.ArgumentParser(
         prog="make images",
         description=(
