@@ -39,10 +39,12 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.vendors import ACME_TELEMETRY
 from headwater.ingest.auth import hash_token
+from headwater.kafka_admin import ensure_topics
 from headwater.kafka_settings import resolve_kafka
 from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import MASTER_DEVICES_TOPIC
+from headwater.subscriber.settings import SubscriberSettings
+from headwater.topics import MASTER_DEVICES_TOPIC, TopicSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,6 +53,10 @@ GATEWAY_ID = "dev-gateway"
 DEMO_DEVICE = "demo-001"
 #: The tenant the generated tokens file binds the demo gateway to.
 DEMO_TENANT = "dev"
+#: The consumer group of docs/quickstart.md's subscriber example. A subscriber refuses to
+#: start without its dead-letter topic (on a real cluster an operator creates it), so the
+#: dev stack creates this one, as it publishes the demo device's master data.
+DEMO_SUBSCRIBER_GROUP = "quickstart"
 #: Spark needs tens of seconds to start on a small machine, more on a first run.
 ENRICHER_START_S = 300.0
 INGEST_START_S = 60.0
@@ -104,6 +110,12 @@ def _publish_demo_master(bootstrap: str) -> None:
     )
     # headwater master's own writer (raises MasterStoreError when not acknowledged).
     master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, [master])
+
+
+def _create_demo_dead_letter_topic(bootstrap: str) -> None:
+    """The dead-letter topic of the quickstart's subscriber group (see DEMO_SUBSCRIBER_GROUP)."""
+    name = SubscriberSettings(group_id=DEMO_SUBSCRIBER_GROUP).dead_letter
+    ensure_topics(bootstrap, [TopicSpec(name, partitions=1, replication_factor=1)])
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
@@ -218,6 +230,7 @@ class Supervisor:
         bootstrap = self.broker.bootstrap_servers
         self._save(step="creating topics and the demo device's master data")
         await _in_thread(lambda: create_topics(bootstrap), stop)
+        await _in_thread(lambda: _create_demo_dead_letter_topic(bootstrap), stop)
         await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
         env = service_env(bootstrap, ports, checkpoint, workdir / "tokens.yaml")
         self._save(step="starting the ingest service")
