@@ -69,6 +69,12 @@ DEBIAN_BASES = {
     },
 }
 BASE_REPO = "localhost/headwater-base"
+#: The base build arguments each Dockerfile declares, and the made base that stands in for
+#: each upstream one (tests/test_images_script.py checks the Dockerfiles declare them).
+BASE_ARGS = {
+    "ingest": {"PYTHON_IMAGE": "python"},
+    "enricher": {"PYTHON_IMAGE": "python", "MAVEN_IMAGE": "maven", "SPARK_IMAGE": "spark"},
+}
 
 
 def log(message: str) -> None:
@@ -211,23 +217,23 @@ def build(ref: str, dockerfile: Path, build_args: dict[str, str]) -> float:
 
 
 def base_args(parts: list[str], bases: str) -> dict[str, dict[str, str]]:
-    """The base build arguments of each part: none upstream, the local bases otherwise."""
+    """The base build arguments of each part: none upstream, the made bases otherwise."""
     if bases == "upstream" or (bases == "auto" and registry_reachable()):
-        log("a registry is reachable: the Dockerfiles' own bases")
+        log("the Dockerfiles' own bases (a registry is reachable, or --bases upstream)")
         return {part: {} for part in parts}
-    log("no registry is reachable: bases made here with mmdebstrap")
-    python = debian_base("python")
-    out: dict[str, dict[str, str]] = {}
-    if "ingest" in parts:
-        out["ingest"] = {"PYTHON_IMAGE": python}
-    if "enricher" in parts:
-        spark = spark_base(debian_base("spark-os"), versions())
-        out["enricher"] = {
-            "PYTHON_IMAGE": python,
-            "MAVEN_IMAGE": debian_base("maven"),
-            "SPARK_IMAGE": spark,
-        }
-    return out
+    log("bases made here with mmdebstrap (no registry is reachable, or --bases debian)")
+    made: dict[str, str] = {}
+
+    def base(kind: str) -> str:
+        if kind not in made:
+            made[kind] = (
+                spark_base(debian_base("spark-os"), versions())
+                if kind == "spark"
+                else debian_base(kind)
+            )
+        return made[kind]
+
+    return {part: {arg: base(kind) for arg, kind in BASE_ARGS[part].items()} for part in parts}
 
 
 def main(argv: list[str] | None = None) -> int:
