@@ -35,6 +35,7 @@ import pytest
 
 from headwater.devstack.broker import free_port
 from headwater.devstack.cli import DEFAULT_PORTS
+from headwater.devstack.services import last_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -224,6 +225,17 @@ def test_quickstart_as_written(reader: Path):
     stopped = bash(f"{terminal_1}{down}", reader, timeout=200)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout
 
+    # "A later `up` continues where you left off": the same checkpoint, and up waits for a
+    # micro-batch of the new enricher (the old commits on disk do not count).
+    checkpoint = reader / ".devstack" / "checkpoint"
+    before = last_commit(checkpoint)
+    again = bash(f"{terminal_1}headwater devstack up {flags}", reader, timeout=UP_WITHIN_S)
+    assert again.returncode == 0, again.stdout[-3000:] + _log(reader, "enricher.log")
+    assert last_commit(checkpoint) > before
+    assert f"checkpoint {checkpoint.resolve()}: reused" in _log(reader, "supervisor.log")
+    stopped = bash(f"{terminal_1}{down}", reader, timeout=200)
+    assert stopped.returncode == 0, stopped.stdout
+
 
 def _printed_buf_curl(printed: str) -> str:
     """The ``buf curl`` command ``up`` printed, as a reader copies it (one line)."""
@@ -288,4 +300,4 @@ def _wait_counted(
 
 def _log(reader: Path, name: str) -> str:
     path = reader / ".devstack" / name
-    return path.read_text()[-3000:] if path.exists() else ""
+    return path.read_text()[-5000:] if path.exists() else ""
