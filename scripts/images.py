@@ -140,22 +140,21 @@ def image_size(ref: str) -> int:
     return int(podman("image", "inspect", "--format", "{{.Size}}", ref, capture=True).strip())
 
 
-def host_trust_args() -> list[str]:
+def host_trust_args(dockerfile: str) -> list[str]:
     """Build-time access to the host's CA bundle, for a TLS-intercepting proxy's certificate.
 
     The certificates are mounted for the build's RUN steps only and named by build
     arguments (PIP_CERT, MAVEN_OPTS) that the Dockerfiles declare without a default: nothing
     of them stays in an image. Without a host bundle, pip and Maven use their own.
     """
-    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
-    if not bundle.exists():
-        return []
-    args = ["--volume", "/etc/ssl/certs:/run/host-certs:ro"]
-    args += ["--build-arg", "PIP_CERT=/run/host-certs/ca-certificates.crt"]
-    if Path("/etc/ssl/certs/java/cacerts").exists():
+    args = []
+    if "\nARG PIP_CERT\n" in dockerfile and Path("/etc/ssl/certs/ca-certificates.crt").exists():
+        args += ["--build-arg", "PIP_CERT=/run/host-certs/ca-certificates.crt"]
+    if "\nARG MAVEN_OPTS\n" in dockerfile and Path("/etc/ssl/certs/java/cacerts").exists():
         trust = "-Djavax.net.ssl.trustStore=/run/host-certs/java/cacerts"
         args += ["--build-arg", f"MAVEN_OPTS={trust}"]
-    return args
+    # Only the arguments a Dockerfile declares (podman warns about others).
+    return ["--volume", "/etc/ssl/certs:/run/host-certs:ro", *args] if args else []
 
 
 def debian_base(name: str) -> str:
@@ -207,7 +206,7 @@ def spark_base(os_base: str, pins: dict[str, str]) -> str:
 def build(ref: str, dockerfile: Path, build_args: dict[str, str]) -> float:
     """``podman build`` from the repository root; return the seconds it took."""
     args = ["build", "--layers", "--file", str(dockerfile), "--tag", ref]
-    args += [*NETWORK, *CONTAINER_LIMITS, *host_trust_args()]
+    args += [*NETWORK, *CONTAINER_LIMITS, *host_trust_args(dockerfile.read_text())]
     for key, value in build_args.items():
         args += ["--build-arg", f"{key}={value}"]
     log(f"building {ref} from {dockerfile.relative_to(ROOT)}")
