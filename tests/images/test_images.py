@@ -109,10 +109,11 @@ def _podman_run(
     env: dict[str, str],
     volumes: tuple[str, ...] = (),
     command: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[str]:
     """Run ``image`` (its own command unless ``command``): host network, limits below the host's."""
     cmd = [*images.PODMAN, "run", "--rm", "--name", name, *images.NETWORK]
-    cmd += images.CONTAINER_LIMITS
+    cmd += [*images.CONTAINER_LIMITS, *extra]
     for volume in volumes:
         cmd += ["--volume", volume]
     for key, value in env.items():
@@ -182,7 +183,8 @@ def ingest_run(
     tokens.chmod(0o644)  # the image runs as uid 10001
     grpc_port = free_port()
     name = f"headwater-ingest-test-{uuid.uuid4().hex[:8]}"
-    # The tokens file reaches the container as the chart mounts its Secret: a read-only file.
+    # As the chart runs it: read-only root with a writable /tmp, the tokens file mounted
+    # read-only where its Secret goes, the uid of the image.
     proc = _podman_run(
         name,
         built["ingest"]["image"],
@@ -190,9 +192,10 @@ def ingest_run(
             "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": broker,
             "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{grpc_port}",
             "HEADWATER_INGEST_METRICS_PORT": str(free_port()),
-            "HEADWATER_INGEST_TOKENS_FILE": "/etc/headwater/tokens.yaml",
+            "HEADWATER_INGEST_TOKENS_FILE": "/etc/headwater/gateways/tokens.yaml",
         },
-        volumes=(f"{tokens}:/etc/headwater/tokens.yaml:ro",),
+        volumes=(f"{tokens}:/etc/headwater/gateways/tokens.yaml:ro",),
+        extra=("--read-only", "--tmpfs", "/tmp"),
     )
     try:
         codes = asyncio.run(_serve_and_publish(f"127.0.0.1:{grpc_port}", proc, token))
