@@ -34,7 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Start the embedded broker (Apache Kafka) on loopback, create the topics, start the "
             "ingest service and the enricher, drive a simulated fleet of gateways for "
             "--duration seconds, then read every topic back and print a summary. Exits 1 "
-            "if any acknowledged message is missing from Kafka."
+            "if any acknowledged message is missing from Kafka. The broker's data and the "
+            "enricher's checkpoint are temporary (removed at the end); logs and the summary "
+            "stay in --workdir, which is wiped at the start and is apart from `up`'s folder."
         ),
     )
     run.add_argument("--duration", type=float, default=60.0, help="seconds of fleet traffic")
@@ -48,7 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=120.0,
         help="seconds to wait for the enricher to complete every message after traffic stops",
     )
-    run.add_argument("--workdir", type=Path, default=Path(".devstack"), help="logs and state")
+    run.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(".devstack/run"),
+        help="logs and summary (default %(default)s)",
+    )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     run.set_defaults(func=_run)
 
@@ -60,8 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "loopback, owned by a detached supervisor process that survives the terminal "
             "closing; wait until they are up and print the gRPC address, a bearer token, the "
             "Kafka bootstrap address, the metrics URLs and a buf curl call that publishes a "
-            "message. Logs, data and state stay in --workdir; `headwater devstack down` stops "
-            "it. Exits 1 if it does not come up."
+            "message. Up means the enricher completed a micro-batch. Logs, data, the enricher's "
+            "checkpoint and state stay in --workdir (a checkpoint written against other broker "
+            "data is refused, with what to do); `headwater devstack down` stops it. Exits 1 if "
+            "it does not come up, with the reason and the last lines of the failing part's log."
         ),
     )
     _stack_arguments(up)
@@ -91,8 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="say what of a background stack is up",
         description=(
             "Check each piece of the stack in --workdir (broker reachable, ingest health "
-            "SERVING, enricher metrics answering) and print how to use it. Exits 0 when "
-            "everything is up, 1 when no stack runs, 2 when a piece is not up."
+            "SERVING, enricher metrics answering), say why a piece exited (how, and its log's "
+            "last lines) and print how to use it. Exits 0 when everything is up, 1 when no "
+            "stack runs, 2 when a piece is not up."
         ),
     )
     status.add_argument("--workdir", type=Path, default=Path(".devstack"), help="its folder")

@@ -21,7 +21,7 @@ from pathlib import Path
 from headwater.devstack import state as stack_state
 from headwater.devstack.connect import connection_info, connection_text
 from headwater.devstack.progress import ProgressLine
-from headwater.devstack.services import CLI, Ports, health_status
+from headwater.devstack.services import CLI, Ports, exit_reason, health_status, log_tail
 
 #: The command-line flag that changes each port, for error messages.
 PORT_FLAGS = {
@@ -105,6 +105,7 @@ def _wait_up(
             if current.status == "failed":
                 display.close()
                 print(f"the dev stack failed to start: {current.error}")
+                _print_failed_log(workdir, current.failed_part)
                 print(f"see {workdir / 'supervisor.log'} and the logs beside it")
                 return 1
             if display.tty or current.step != shown:  # in a log: one line per step
@@ -123,6 +124,18 @@ def _wait_up(
             )
             return 1
         time.sleep(0.5)
+
+
+def _print_failed_log(workdir: Path, part: str | None) -> None:
+    """Print the last lines of the failed piece's log: the reason is usually there."""
+    if part is None:
+        return
+    path = workdir / f"{part}.log"
+    lines = log_tail(path)
+    if lines:
+        print(f"last lines of {path}:")
+        for line in lines:
+            print(f"  {line}")
 
 
 def _print_info(current: stack_state.StackState, as_json: bool) -> None:
@@ -192,10 +205,13 @@ def check(current: stack_state.StackState) -> dict[str, str]:
     else:
         pieces["broker"] = "up" if _kafka_ok(current.ports["kafka"]) else "unreachable"
     if "ingest" in current.pids:
-        health = asyncio.run(health_status(current.grpc_target, timeout_s=2))
-        pieces["ingest"] = "up" if health == "SERVING" else health.lower()
+        if "ingest" in current.exited:
+            pieces["ingest"] = "exited"
+        else:
+            health = asyncio.run(health_status(current.grpc_target, timeout_s=2))
+            pieces["ingest"] = "up" if health == "SERVING" else health.lower()
     if current.with_enricher and "enricher" in current.pids:
-        if not stack_state.alive(current.pids["enricher"]):
+        if "enricher" in current.exited or not stack_state.alive(current.pids["enricher"]):
             pieces["enricher"] = "exited"
         elif _http_ok(current.metrics_url("enricher")):
             pieces["enricher"] = "up"
@@ -222,13 +238,22 @@ def status(workdir: Path, as_json: bool) -> int:
     pieces = check(current) if current.status in ("up", "degraded") else {}
     healthy = current.status == "up" and all(v == "up" for v in pieces.values())
     if as_json:
-        print(json.dumps({**connection_info(current), "pieces": pieces}))
+        exits = {
+            name: {"reason": exit_reason(code), "log": current.exit_logs.get(name, [])}
+            for name, code in current.exited.items()
+        }
+        print(json.dumps({**connection_info(current), "pieces": pieces, "exited": exits}))
     else:
         doing = f" ({current.step})" if current.status not in ("up", "degraded") else ""
         print(f"dev stack in {workdir}: {current.status}{doing}")
         for name, condition in pieces.items():
             pid = current.pids.get(name, "-")
             print(f"  {name:<9} {condition:<12} pid {pid}")
+        for name, code in current.exited.items():
+            # Why it exited: how, and its log's last lines as the supervisor saw them.
+            print(f"\n{name} {exit_reason(code)}; last lines of {workdir / (name + '.log')}:")
+            for line in current.exit_logs.get(name, []):
+                print(f"  {line}")
         print()
         print(connection_text(current))
     return 0 if healthy else 2

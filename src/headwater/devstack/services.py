@@ -26,6 +26,40 @@ from headwater.topics import all_topics
 DEV_MAX_PAYLOAD_BYTES = 64 * 1024
 #: ``python -m headwater.cli``: the services run with the interpreter of the caller.
 CLI = [sys.executable, "-m", "headwater.cli"]
+#: How much of a failed part's log a failure message carries: enough for a Python
+#: traceback's end or the line that says which setting is wrong.
+LOG_TAIL_LINES = 15
+
+
+class PartFailedError(RuntimeError):
+    """A piece of the stack exited or did not get ready; ``part`` names it, ``log`` its log."""
+
+    def __init__(self, part: str, reason: str, log: Path) -> None:
+        super().__init__(f"{reason}: see {log}")
+        self.part = part
+        self.log = log
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of the log ``path`` (none if it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))  # a tail, not a whole multi-MB Spark log
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def exit_reason(code: int) -> str:
+    """Say how a process ended: its exit code, or the signal that killed it."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 @dataclass(frozen=True)
@@ -41,11 +75,15 @@ class Ports:
 def service_env(
     bootstrap: str,
     ports: Ports,
-    workdir: Path,
+    checkpoint: Path,
     tokens_file: Path,
     max_payload_bytes: int | None = None,
 ) -> dict[str, str]:
-    """Return the environment of the ingest service and the enricher of a dev stack."""
+    """Return the environment of the ingest service and the enricher of a dev stack.
+
+    ``checkpoint`` belongs to the broker's data: ``run`` keeps it in its temporary broker's
+    folder, ``up`` beside the broker's data in the workdir (see ownership).
+    """
     env = {
         **os.environ,
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
@@ -53,7 +91,7 @@ def service_env(
         "HEADWATER_INGEST_METRICS_PORT": str(ports.ingest_metrics),
         "HEADWATER_ENRICHER_METRICS_PORT": str(ports.enricher_metrics),
         "HEADWATER_INGEST_TOKENS_FILE": str(tokens_file),
-        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(workdir / "checkpoint"),
+        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(checkpoint),
         "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
     }
     if max_payload_bytes is not None:
@@ -101,36 +139,60 @@ async def health_status(target: str, timeout_s: float = 1.0) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-async def wait_serving(target: str, proc: subprocess.Popen[bytes], within_s: float) -> None:
+async def wait_serving(
+    target: str, proc: subprocess.Popen[bytes], within_s: float, log: Path
+) -> None:
     """Wait until the ingest service at ``target`` reports SERVING.
 
     Raises:
-        RuntimeError: the process exited, or it was not SERVING within ``within_s``.
+        PartFailedError: the process exited, or it was not SERVING within ``within_s``.
     """
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"ingest service exited with {proc.returncode}: see ingest.log")
+            raise PartFailedError(
+                "ingest", f"the ingest service {exit_reason(proc.returncode)}", log
+            )
         if await health_status(target) == "SERVING":
             return
         await asyncio.sleep(0.2)
-    raise RuntimeError(f"ingest service not SERVING after {within_s}s: see ingest.log")
+    raise PartFailedError("ingest", f"the ingest service was not SERVING after {within_s}s", log)
+
+
+def last_commit(checkpoint: Path) -> int:
+    """The newest micro-batch the checkpoint records as complete, -1 when none is."""
+    try:
+        names = [p.name for p in (checkpoint / "commits").iterdir()]
+    except OSError:
+        return -1
+    return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
 async def wait_first_batch(
-    checkpoint: Path, enricher: subprocess.Popen[bytes], within_s: float
+    checkpoint: Path,
+    enricher: subprocess.Popen[bytes],
+    within_s: float,
+    log: Path,
+    after: int = -1,
 ) -> None:
-    """Wait until the enricher committed its first micro-batch.
+    """Wait until the enricher completed a micro-batch newer than ``after``.
+
+    ``after`` is :func:`last_commit` before the enricher started: a reused checkpoint
+    already holds commits, which say nothing about this process.
 
     Raises:
-        RuntimeError: the enricher exited, or ran no micro-batch within ``within_s``.
+        PartFailedError: the enricher exited, or completed no micro-batch within ``within_s``.
     """
     deadline = time.monotonic() + within_s
-    while not (checkpoint / "commits" / "0").exists():
+    while last_commit(checkpoint) <= after:
         if enricher.poll() is not None:
-            raise RuntimeError(f"enricher exited with {enricher.returncode}: see enricher.log")
+            raise PartFailedError(
+                "enricher", f"the enricher {exit_reason(enricher.returncode)}", log
+            )
         if time.monotonic() > deadline:
-            raise RuntimeError(f"enricher ran no micro-batch within {within_s}s: see enricher.log")
+            raise PartFailedError(
+                "enricher", f"the enricher completed no micro-batch within {within_s}s", log
+            )
         await asyncio.sleep(0.5)
 
 

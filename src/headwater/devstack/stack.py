@@ -54,7 +54,9 @@ class DevStackOptions:
     devices_per_gateway: int = 25
     with_enricher: bool = True
     enricher_drain_s: float = 120.0
-    workdir: Path = Path(".devstack")
+    #: Apart from ``up``'s folder (``.devstack``): a run never touches a background stack's
+    #: broker data, token or checkpoint, and wipes only its own folder.
+    workdir: Path = Path(".devstack/run")
     seed: int = 7
     json_output: bool = False
 
@@ -138,12 +140,17 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
         create_topics(bootstrap)
         _publish_master(bootstrap, fleet, late=False)
         ports = Ports(broker.port, free_port(), free_port(), free_port())
-        env = service_env(bootstrap, ports, workdir, workdir / "tokens.yaml", DEV_MAX_PAYLOAD_BYTES)
+        # The checkpoint lives and dies with the temporary broker's data (removed when the
+        # broker stops): its offsets mean nothing against any other broker.
+        checkpoint = broker.data_dir / "enricher-checkpoint"
+        env = service_env(
+            bootstrap, ports, checkpoint, workdir / "tokens.yaml", DEV_MAX_PAYLOAD_BYTES
+        )
         target = f"127.0.0.1:{ports.grpc}"
         try:
             ingest = start_ingest(env, workdir)
             procs.append(ingest)
-            await wait_serving(target, ingest, within_s=30)
+            await wait_serving(target, ingest, 30, workdir / "ingest.log")
             enricher = None
             if opts.with_enricher:
                 budget = opts.duration_s + opts.enricher_drain_s + 60
@@ -153,7 +160,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 # latencies then measure the pipeline, and the late master data arrives after
                 # the enricher has parked messages of those devices, so retries are exercised.
                 display.message("starting the enricher (Spark)...")
-                await wait_first_batch(workdir / "checkpoint", enricher, within_s=180)
+                await wait_first_batch(checkpoint, enricher, 180, workdir / "enricher.log")
             display.message(
                 f"dev stack up: broker {bootstrap}, ingest {target}, "
                 f"metrics http://127.0.0.1:{ports.ingest_metrics}/metrics, logs in {workdir}"

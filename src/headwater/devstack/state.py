@@ -36,7 +36,11 @@ class StackState:
     step: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     exited: dict[str, int] = field(default_factory=dict)
+    #: The last lines of an exited piece's log, by piece: why it exited.
+    exit_logs: dict[str, list[str]] = field(default_factory=dict)
     error: str | None = None
+    #: The piece whose failure stopped the start (its log's tail is what ``up`` shows).
+    failed_part: str | None = None
 
     @property
     def grpc_target(self) -> str:

@@ -20,11 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from headwater.devstack import ownership
 from headwater.devstack import state as stack_state
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.devstack.services import (
+    PartFailedError,
     Ports,
     create_topics,
+    exit_reason,
+    last_commit,
+    log_tail,
     service_env,
     start_enricher,
     start_ingest,
@@ -34,10 +39,12 @@ from headwater.devstack.services import (
 )
 from headwater.devstack.vendors import ACME_TELEMETRY
 from headwater.ingest.auth import hash_token
+from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import resolve_kafka
 from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import MASTER_DEVICES_TOPIC
+from headwater.subscriber.settings import SubscriberSettings
+from headwater.topics import MASTER_DEVICES_TOPIC, TopicSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,6 +53,10 @@ GATEWAY_ID = "dev-gateway"
 DEMO_DEVICE = "demo-001"
 #: The tenant the generated tokens file binds the demo gateway to.
 DEMO_TENANT = "dev"
+#: The consumer group of docs/quickstart.md's subscriber example. A subscriber refuses to
+#: start without its dead-letter topic (on a real cluster an operator creates it), so the
+#: dev stack creates this one, as it publishes the demo device's master data.
+DEMO_SUBSCRIBER_GROUP = "quickstart"
 #: Spark needs tens of seconds to start on a small machine, more on a first run.
 ENRICHER_START_S = 300.0
 INGEST_START_S = 60.0
@@ -99,6 +110,12 @@ def _publish_demo_master(bootstrap: str) -> None:
     )
     # headwater master's own writer (raises MasterStoreError when not acknowledged).
     master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, [master])
+
+
+def _create_demo_dead_letter_topic(bootstrap: str) -> None:
+    """The dead-letter topic of the quickstart's subscriber group (see DEMO_SUBSCRIBER_GROUP)."""
+    name = SubscriberSettings(group_id=DEMO_SUBSCRIBER_GROUP).dead_letter
+    ensure_topics(bootstrap, [TopicSpec(name, partitions=1, replication_factor=1)])
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
@@ -177,6 +194,12 @@ class Supervisor:
             await self._watch(stop)
         except _Stopped:
             log.info("stop requested while starting")
+        except (PartFailedError, ownership.CheckpointMismatchError) as exc:
+            # Expected failures: their message says what happened and what to do.
+            failed = True
+            log.error("dev stack failed to start: %s", exc)
+            part = exc.part if isinstance(exc, PartFailedError) else None
+            self._save(status="failed", error=str(exc), failed_part=part)
         except Exception as exc:
             failed = True
             log.exception("dev stack failed to start")
@@ -192,6 +215,7 @@ class Supervisor:
 
     async def _start(self, stop: asyncio.Event) -> None:
         ports, workdir = self.opts.ports, self.workdir
+        checkpoint = workdir / "checkpoint"
         self._save(step="starting the Kafka broker")
         self.broker = EmbeddedBroker(
             port=ports.kafka, log_path=workdir / "broker.log", data_dir=workdir / "kafka"
@@ -199,22 +223,40 @@ class Supervisor:
         await _in_thread(self.broker.start, stop)
         if self.broker.pid:
             self._save(pids={**self._pids(), "broker": self.broker.pid})
+        if self.opts.with_enricher:
+            # Before the enricher reads it: its offsets must be this broker's data's.
+            claimed = ownership.claim(checkpoint, workdir / "kafka")
+            log.info("enricher checkpoint %s: %s", checkpoint, claimed)
         bootstrap = self.broker.bootstrap_servers
         self._save(step="creating topics and the demo device's master data")
         await _in_thread(lambda: create_topics(bootstrap), stop)
+        await _in_thread(lambda: _create_demo_dead_letter_topic(bootstrap), stop)
         await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
-        env = service_env(bootstrap, ports, workdir, workdir / "tokens.yaml")
+        env = service_env(bootstrap, ports, checkpoint, workdir / "tokens.yaml")
         self._save(step="starting the ingest service")
         self.procs["ingest"] = start_ingest(env, workdir)
         self._save(pids=self._pids())
         target = f"127.0.0.1:{ports.grpc}"
-        await _unless_stopped(wait_serving(target, self.procs["ingest"], INGEST_START_S), stop)
+        await _unless_stopped(
+            wait_serving(target, self.procs["ingest"], INGEST_START_S, workdir / "ingest.log"),
+            stop,
+        )
         if self.opts.with_enricher:
+            # Up means the enricher completed a micro-batch of its own, not that an earlier
+            # run's commits are on disk. One always comes: the demo master record published
+            # above is new data on a topic the enricher reads.
+            before = last_commit(checkpoint)
             self._save(step="starting the enricher (Spark takes a while)")
             self.procs["enricher"] = start_enricher(env, workdir)
             self._save(pids=self._pids())
             await _unless_stopped(
-                wait_first_batch(workdir / "checkpoint", self.procs["enricher"], ENRICHER_START_S),
+                wait_first_batch(
+                    checkpoint,
+                    self.procs["enricher"],
+                    ENRICHER_START_S,
+                    workdir / "enricher.log",
+                    after=before,
+                ),
                 stop,
             )
 
@@ -233,8 +275,14 @@ class Supervisor:
             for name, proc in self.procs.items():
                 code = proc.poll()
                 if code is not None and name not in self.state.exited:
-                    log.error("%s exited with code %s: see %s.log", name, code, name)
-                    self._save(status="degraded", exited={**self.state.exited, name: code})
+                    log.error("%s %s: see %s.log", name, exit_reason(code), name)
+                    # Why, for `status`: its log's last lines, read while they are fresh.
+                    tail = log_tail(self.workdir / f"{name}.log")
+                    self._save(
+                        status="degraded",
+                        exited={**self.state.exited, name: code},
+                        exit_logs={**self.state.exit_logs, name: tail},
+                    )
 
     def _stop_all(self) -> None:
         """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from google.protobuf import descriptor_pool, json_format, message_factory
 
 from headwater.contracts import TOPIC_MESSAGES
@@ -46,16 +47,28 @@ def follow(
         # The group is required by librdkafka; never used: no subscribe.
         resolve_kafka(bootstrap).consumer_config("headwater-watch", "headwater-devstack-watch")
     )
-    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     try:
         metadata = consumer.list_topics(timeout=10).topics
         assignment = [
-            TopicPartition(topic, partition, start)
+            TopicPartition(topic, partition, OFFSET_BEGINNING)
             for topic in topics
             if topic in metadata
             for partition in metadata[topic].partitions
         ]
+        if not from_beginning:
+            # The end as of now, asked for explicitly: OFFSET_END would be resolved at the
+            # first fetch, so a record produced right after the "watching" line could be
+            # skipped. From that line on, every new record is printed.
+            for tp in assignment:
+                tp.offset = consumer.get_watermark_offsets(tp, timeout=10)[1]
         consumer.assign(assignment)
+        where = "their beginning" if from_beginning else "their end"
+        print(
+            f"watching {len(assignment)} partitions of {', '.join(topics)} from {where}; "
+            "Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         seen = 0
         while (deadline is None or time.monotonic() < deadline) and (
