@@ -77,8 +77,11 @@ class Budget:
 
 
 class BudgetExceeded(BaseException):
-    """Over budget. A BaseException, so that a normalizer's ``except Exception`` (pint's
-    parser wrappers, a plugin's own guard) cannot swallow the interruption."""
+    """Over budget.
+
+    A BaseException, so that a normalizer's ``except Exception`` (pint's parser wrappers, a
+    plugin's own guard) cannot swallow the interruption.
+    """
 
     reason = CPU_REASON
 

@@ -58,7 +58,9 @@ def normalize_batch(
     return [_normalize(ct, p, b) for ct, p in rows]
 
 
-def _normalize(content_type: str | None, payload: bytes | None, b: budgets.Budget) -> dict[str, Any]:
+def _normalize(
+    content_type: str | None, payload: bytes | None, b: budgets.Budget
+) -> dict[str, Any]:
     try:
         media = media_type.parse(content_type or "")
     except media_type.MediaTypeError as exc:
