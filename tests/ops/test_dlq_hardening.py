@@ -48,9 +48,19 @@ def test_dlq_show_and_list_print_no_raw_control_characters(kafka_bootstrap, topi
     assert "temp: 'x' is not a number" in shown.stdout
 
 
-def test_a_redrive_error_is_one_line_and_a_non_zero_exit(kafka_bootstrap, topic_factory):
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ((), "could not look for earlier redrives in ingest.telemetry.v1/5"),
+        (("--force",), "1 of 1 redriven records were not acknowledged by the broker"),
+    ],
+)
+def test_a_redrive_error_is_one_line_and_a_non_zero_exit(
+    kafka_bootstrap, topic_factory, extra: tuple[str, ...], says: str
+):
     # The original's partition (5) does not exist in the one-partition ingest topic: the
-    # redrive cannot be delivered (or checked), which used to end in a traceback.
+    # redrive can neither be checked (without --force) nor delivered (with it); both used
+    # to end in a traceback.
     ensure_topics(kafka_bootstrap, [TopicSpec("ingest.telemetry.v1", 1, 1)])
     topic = topic_factory("dlq")
     letter = dead_letter_pb2.DeadLetter.FromString(dead_letter("m-lost", "UNKNOWN_FORMAT"))
@@ -58,12 +68,13 @@ def test_a_redrive_error_is_one_line_and_a_non_zero_exit(kafka_bootstrap, topic_
     produce(kafka_bootstrap, topic, [letter.SerializeToString()])
     result = run(
         *("dlq", "redrive", "--bootstrap-servers", kafka_bootstrap, "--topic", topic),
-        *("--message-id", "m-lost", "--why", "test", "--execute", "--force"),
+        *("--message-id", "m-lost", "--why", "test", "--execute", *extra),
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("headwater dlq redrive: "), result.stderr
+    assert says in lines[0]
 
 
 @pytest.mark.timeout(180)

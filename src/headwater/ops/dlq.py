@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.devstack.readback import read_topic
@@ -169,7 +169,13 @@ def _redrives_after(
     found: dict[_RedriveId, int] = {}
     try:
         tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:  # a partition the topic no longer has, say
+            raise RedriveError(
+                f"could not look for earlier redrives in {topic}/{partition}: "
+                f"{exc.args[0].str() if exc.args else exc}; add --force to send anyway"
+            ) from None
         offset = max(start, low)
         if offset >= high:
             return found
