@@ -6,8 +6,9 @@ SI prefix...); the result is cached per spelling as ``(scale, offset, canonical)
 converting a value on the hot path is one dict lookup and ``value * scale + offset``.
 
 Spellings come from payloads, and pint evaluates what it parses (``m**9**9**9`` is an
-exponent tower that never finishes, in C-level integer arithmetic no timer can interrupt),
-so a spelling reaches pint only when it matches :data:`GRAMMAR`: at most a few unit
+exponent tower it does not finish: the normalize budget's timer happens to interrupt that
+one, measured, but a step that runs in C could not be), so a spelling reaches pint only
+when it matches :data:`GRAMMAR`: at most a few unit
 symbols joined by ``*``, ``/``, ``·`` or a space, each with at most one one-digit exponent.
 A spelling that cannot be converted is cached as its error *text*: an exception object
 raised again and again would grow its traceback and pin the payloads it passed through.
