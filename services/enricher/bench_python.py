@@ -8,6 +8,10 @@ runs): decoding, normalizing, dedup, enrichment, routing and building the output
 everything the enricher does per message in Python except PySpark's own Arrow conversion
 and the state calls' round trips (those are in ``bench.py``'s profile). Quick enough to
 run before and after a change to the hot path; ``--profile`` adds cProfile's top entries.
+
+``--normalize`` measures the normalize step alone instead: ``normalize_message`` per
+message of the same records, and what its budget (``budget.py``: the CPU timer armed and
+disarmed, the size checks) adds to each call, against the same normalizer called bare.
 """
 
 from __future__ import annotations
@@ -102,6 +106,58 @@ def batch(run: str, messages: int, devices: int, topic: str, now_ms: int) -> dic
     return rows
 
 
+def normalize_figures(messages: int, repeat: int) -> dict[str, float]:
+    """Return CPU µs per message (medians of ``repeat`` runs) of normalize and its budget.
+
+    ``normalize_message`` is the whole step; ``bare`` calls the same normalizer and
+    ``columns`` (with its result size checks) directly; ``wrapper`` is the difference (the
+    format lookup, the payload size check, ``budget.call``, the encodability pre-check),
+    and ``timer`` the cost of ``budget.call`` around a call that does nothing: the CPU
+    budget's own share.
+    """
+    from headwater.enricher import budget as budgets
+    from headwater.enricher import media_type
+    from headwater.enricher.formats.registry import lookup
+    from headwater.enricher.normalize import columns, normalize_message
+    from headwater.proto.device.v1 import device_message_pb2
+
+    msgs = []
+    for i in range(messages):
+        _, value, _ = telemetry_record(i, 1000, "n", 0)
+        dm = device_message_pb2.DeviceMessage.FromString(value)
+        msgs.append((dm.content_type, dm.payload))
+    b = budgets.current()
+    fn = lookup(media_type.parse(msgs[0][0]).essence)
+    assert fn is not None
+    normalize_message(*msgs[0])  # first use: plugins, the units registry
+
+    def whole() -> None:
+        for ct, payload in msgs:
+            normalize_message(ct, payload)
+
+    def bare() -> None:
+        for ct, payload in msgs:
+            columns(fn(payload, media_type.parse(ct)), b)
+
+    def timer() -> None:
+        nothing = lambda: None  # noqa: E731
+        for _ in msgs:
+            budgets.call(b, nothing)
+
+    # CPU time of this thread, and the variants taken in turns: on a shared machine the
+    # wall clock and the order of long runs would say more about the neighbours.
+    variants = {"normalize_message": whole, "bare": bare, "timer": timer}
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, f in variants.items():
+            t0 = time.thread_time()
+            f()
+            runs[name].append((time.thread_time() - t0) * 1e6 / messages)
+    out = {name: statistics.median(r) for name, r in runs.items()}
+    out["wrapper"] = out["normalize_message"] - out["bare"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print µs per message of the keyed state's Python work."""
     parser = argparse.ArgumentParser(
@@ -111,7 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=15_000, help="messages per batch")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 25")
+    parser.add_argument(
+        "--normalize", action="store_true", help="measure the normalize step and its budget only"
+    )
     args = parser.parse_args(argv)
+    if args.normalize:
+        figures = normalize_figures(args.messages, args.repeat)
+        print(
+            f"{args.messages} messages, median µs/message: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in figures.items())
+        )
+        return 0
 
     topics = EnricherTopics.with_prefix("bench.")
     policy = Policy(

@@ -19,9 +19,13 @@ _PARAM = re.compile(rf'[ \t]*({_TOKEN})=({_TOKEN}|"(?:[^"\\]|\\.)*")[ \t]*')
 _QUOTED_PAIR = re.compile(r"\\(.)")
 
 #: Parsed media types by their exact string: the fleet sends few distinct ones, so the hot
-#: path is one dict lookup. Bounded, because the strings come from devices.
-_CACHE: dict[str, MediaType | MediaTypeError] = {}
+#: path is one dict lookup. Bounded, because the strings come from devices. A string that is
+#: not a media type is kept as its error *text*: one exception object raised again and again
+#: grows its traceback by the frames of each raise, and those frames pin the payloads.
+_CACHE: dict[str, MediaType | str] = {}
 _CACHE_MAX = 1024
+#: Longest content type parsed (and cached) at all; real ones are a few dozen characters.
+MAX_LEN = 512
 
 
 class MediaTypeError(ValueError):
@@ -63,14 +67,16 @@ def parse(text: str) -> MediaType:
     """
     cached = _CACHE.get(text)
     if cached is None:
+        if len(text) > MAX_LEN:
+            raise MediaTypeError(f"{text[:40]!r}... is longer than {MAX_LEN} characters")
         try:
             cached = _parse(text)
         except MediaTypeError as exc:
-            cached = exc
+            cached = str(exc)
         if len(_CACHE) < _CACHE_MAX:
             _CACHE[text] = cached
-    if isinstance(cached, MediaTypeError):
-        raise cached
+    if isinstance(cached, str):
+        raise MediaTypeError(cached)
     return cached
 
 

@@ -10,7 +10,8 @@ quantiles are computed by PromQL or by ``headwater lag`` from two scrapes, never
 precomputed here. Prometheus names: headwater_enricher_input_records_total,
 headwater_enricher_batch_duration_seconds, headwater_enricher_records_written_total,
 headwater_enricher_output_bytes_total, headwater_enricher_dead_letters_total,
-headwater_enricher_retries_total, headwater_enricher_consumer_lag_records and
+headwater_enricher_retries_total, headwater_enricher_normalize_budget_exceeded_total,
+headwater_enricher_consumer_lag_records and
 headwater_enricher_{producer_to_consumer,consumer_to_processing,end_to_end}_duration_seconds.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from pyspark.sql.streaming import StreamingQueryListener
 
+from headwater.enricher.budget import REASONS as BUDGET_REASONS
 from headwater.enricher.kafka_sink import BYTES
 from headwater.runtime.telemetry import SECONDS_BUCKETS
 
@@ -96,6 +98,11 @@ class EnricherListener(StreamingQueryListener):
         self._dead = meter.create_counter(
             m + "dead_letters", unit="{record}", description="dead letters by reason"
         )
+        self._budget = meter.create_counter(
+            m + "normalize.budget_exceeded",
+            unit="{record}",
+            description="dead letters over the normalize budget or the Sparkplug caps, by reason",
+        )
         self._retries = meter.create_counter(
             m + "retries", unit="{record}", description="parked retries by reason"
         )
@@ -166,6 +173,8 @@ class EnricherListener(StreamingQueryListener):
                 self._written.add(n, {"role": role})
                 if role == "deadletter":
                     self._dead.add(n, {"reason": label})
+                    if label in BUDGET_REASONS:
+                        self._budget.add(n, {"reason": label})
                 elif role == "retry":
                     self._retries.add(n, {"reason": label})
             for sample, values in entry["latency_ms"].items():

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import headwater.topics as t
+from headwater.enricher.budget import Budget
 from headwater.kafka.settings import KafkaSettings
 from headwater.runtime.env import SettingError, env_int, env_str
 
@@ -104,6 +105,8 @@ class EnricherSettings:
     #: Consumer group the end offsets of each batch are committed to, for monitoring only
     #: (restarts use the checkpoint); empty (``off`` in the environment): commit nothing.
     progress_group: str = DEFAULT_PROGRESS_GROUP
+    #: What one message may cost the normalize step (budget.py; read again by each worker).
+    normalize_budget: Budget = field(default_factory=Budget)
     topics: EnricherTopics = field(default_factory=EnricherTopics)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
@@ -134,6 +137,7 @@ class EnricherSettings:
             shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
             metrics_port=env_int(env, p + "METRICS_PORT", 0),
             progress_group=_progress_group(env_str(env, p + "PROGRESS_GROUP", "")),
+            normalize_budget=Budget.from_env(env),
             topics=EnricherTopics.with_prefix(env_str(env, p + "TOPIC_PREFIX", "")),
             kafka=KafkaSettings.from_env(env),
         )

@@ -4,6 +4,14 @@ The canonical units are the ones ``event.proto`` lists (``Measurement.unit``). p
 spelling once (``°C``, ``degC``, ``hPa``, ``mbar``, ``psi``, ``kW``, ``Wh``, ``l/min``, every
 SI prefix...); the result is cached per spelling as ``(scale, offset, canonical)``, so
 converting a value on the hot path is one dict lookup and ``value * scale + offset``.
+
+Spellings come from payloads, and pint evaluates what it parses (``m**9**9**9`` is an
+exponent tower it does not finish: the normalize budget's timer happens to interrupt that
+one, measured, but a step that runs in C could not be), so a spelling reaches pint only
+when it matches :data:`GRAMMAR`: at most a few unit
+symbols joined by ``*``, ``/``, ``·`` or a space, each with at most one one-digit exponent.
+A spelling that cannot be converted is cached as its error *text*: an exception object
+raised again and again would grow its traceback and pin the payloads it passed through.
 """
 
 from __future__ import annotations
@@ -52,11 +60,18 @@ ALIASES: dict[str, str] = {
     "rh": "percent",
 }
 
-# Untrusted text goes to pint's parser: short strings of unit characters only, and small
-# exponents, so a payload cannot make it do much work.
+# Untrusted text goes to pint's parser only through this grammar: short, a few symbols,
+# each with at most one exponent of one digit, so a payload cannot make it do much work.
 _MAX_LEN = 40
-_ALLOWED = re.compile(r"[A-Za-z0-9 _.%°µμ²³/*^·()\-]+")
+#: Most factors in one spelling ("kg·m/s" has three).
+MAX_FACTORS = 6
+_SYMBOL = r"(?:[A-Za-z_°µμΩ%]+|1)"  # a unit's name or symbol, or the 1 of "1/min"
+# One exponent: "**-2", "^3", "²", or a bare 2/3 after a symbol ("m3"). Never two.
+_POWER = r"(?:(?:\*\*|\^)\s*-?[1-9]|[²³]|[23](?![0-9]))?"
+_JOIN = r"(?:\s*[*/·]\s*|\s+)"
+GRAMMAR = re.compile(rf"{_SYMBOL}{_POWER}(?:{_JOIN}{_SYMBOL}{_POWER}){{0,{MAX_FACTORS - 1}}}")
 _BIG_EXPONENT = re.compile(r"(\*\*|\^)\s*-?\d{2,}")
+_STACKED = re.compile(r"(\*\*|\^)\s*-?\d+\s*(\*\*|\^)")
 # "m3/h", "m2": a trailing 2 or 3 on a length symbol is an exponent, as in "m³".
 _SHORT_EXPONENT = re.compile(r"\b(m|cm|mm|dm|km|ft|in)([23])\b")
 
@@ -74,7 +89,8 @@ class Conversion:
     offset: float
 
 
-_CACHE: dict[str, Conversion | UnitError] = {}
+#: Spelling -> its conversion, or the text of why it has none (never an exception object).
+_CACHE: dict[str, Conversion | str] = {}
 #: Spellings remembered, good and bad; hostile payloads may send endless new ones.
 _CACHE_MAX = 4096
 _lock = threading.Lock()
@@ -86,15 +102,19 @@ def conversion(unit: str) -> Conversion:
     """Return the cached conversion of ``unit`` to its quantity's canonical unit.
 
     Raises:
-        UnitError: pint does not know the unit, or its quantity has no canonical unit.
+        UnitError: pint does not know the unit, its quantity has no canonical unit, or the
+            spelling is outside the grammar pint is trusted with (a new object each time).
     """
     found = _CACHE.get(unit)
     if found is None:
-        found = _resolve(unit)
+        try:
+            found = _resolve(unit)
+        except Exception as exc:  # whatever pint or formatting raised: a text, like the rest
+            found = f"unit {unit[:_MAX_LEN]!r} cannot be converted ({type(exc).__name__})"
         if len(_CACHE) < _CACHE_MAX:
             _CACHE[unit] = found
-    if isinstance(found, UnitError):
-        raise found
+    if isinstance(found, str):
+        raise UnitError(found)
     return found
 
 
@@ -112,6 +132,16 @@ def convert(value: float, unit: str) -> tuple[float, str]:
     return float(f"{converted:.12g}"), c.canonical
 
 
+def ready() -> bool:
+    """Return True once this process has built the units registry."""
+    return _registry is not None
+
+
+def warm() -> None:
+    """Build the units registry now (once per process), outside any message's budget."""
+    _ureg()
+
+
 def _ureg() -> Any:
     # Built on first use (~0.4 s), once per process: Spark's Python workers each pay it once.
     global _registry
@@ -126,14 +156,20 @@ def _ureg() -> Any:
     return _registry
 
 
-def _resolve(unit: str) -> Conversion | UnitError:
+def _resolve(unit: str) -> Conversion | str:
+    """Return the conversion of ``unit``, or the text of why there is none."""
     spelling = unit.strip()
     if not spelling:
-        return UnitError("empty unit")
-    if len(spelling) > _MAX_LEN or not _ALLOWED.fullmatch(spelling):
-        return UnitError(f"unknown unit {unit[:_MAX_LEN]!r}")
+        return "empty unit"
+    shown = repr(unit[:_MAX_LEN])
+    if len(spelling) > _MAX_LEN:
+        return f"unknown unit {shown} (longer than {_MAX_LEN} characters)"
+    if _STACKED.search(spelling):
+        return f"unknown unit {shown} (stacked exponents)"
     if _BIG_EXPONENT.search(spelling):
-        return UnitError(f"unknown unit {unit!r} (exponent too large)")
+        return f"unknown unit {shown} (exponent too large)"
+    if spelling not in ALIASES and not GRAMMAR.fullmatch(spelling):
+        return f"unknown unit {shown} (not a unit spelling: symbols, * / · and one-digit powers)"
     ureg = _ureg()
     text = _SHORT_EXPONENT.sub(r"\1**\2", ALIASES.get(spelling, spelling))
     parsed = _parse(ureg, text, case_sensitive=True)
@@ -144,20 +180,28 @@ def _resolve(unit: str) -> Conversion | UnitError:
         if relaxed is not None and relaxed.dimensionality in _by_dimension:
             parsed = relaxed
     if parsed is None:
-        return UnitError(f"unknown unit {unit!r}")
+        return f"unknown unit {shown}"
     canonical = _by_dimension.get(parsed.dimensionality)
     if canonical is None:
-        return UnitError(
-            f"unit {unit!r} ({parsed}, {parsed.dimensionality}) is not a quantity with a "
-            f"canonical unit ({', '.join(CANONICAL)})"
-        )
+        return _quantity_text(shown, parsed)
     try:
         target = ureg.parse_units(CANONICAL[canonical])
         zero = float(ureg.Quantity(0.0, parsed).to(target).magnitude)
         one = float(ureg.Quantity(1.0, parsed).to(target).magnitude)
     except Exception as exc:  # e.g. a temperature difference (delta_degC) to a temperature
-        return UnitError(f"unit {unit!r} cannot be converted to {canonical}: {exc}")
+        return f"unit {shown} cannot be converted to {canonical}: {str(exc)[:200]}"
     return Conversion(canonical, one - zero, zero)
+
+
+def _quantity_text(shown: str, parsed: Any) -> str:
+    known = ", ".join(CANONICAL)
+    try:
+        # Formatting a parsed unit can itself fail (an exponent past int's digit limit
+        # raises ValueError): the text then leaves the reading out, the error stays UnitError.
+        what = f"{parsed}, {parsed.dimensionality}"[:200]
+    except Exception:
+        return f"unit {shown} is not a quantity with a canonical unit ({known})"
+    return f"unit {shown} ({what}) is not a quantity with a canonical unit ({known})"
 
 
 def _parse(ureg: Any, text: str, case_sensitive: bool) -> Any:

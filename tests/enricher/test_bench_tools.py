@@ -77,3 +77,11 @@ def test_bench_python_runs_the_processor_and_reports_per_message(
     line = capsys.readouterr().out.strip()
     # Each message is enriched (one event and one completion), plus a snapshot per device.
     assert line.startswith("50 messages of 5 devices -> 105 rows: min "), line
+
+
+def test_bench_python_normalize_reports_the_step_and_its_budget() -> None:
+    figures = bench_python.normalize_figures(200, 2)
+    assert set(figures) == {"normalize_message", "bare", "timer", "wrapper"}
+    # The whole step costs more than the normalizer alone, and the timer is part of it.
+    assert figures["normalize_message"] > figures["bare"] > 0
+    assert 0 < figures["timer"] < figures["normalize_message"]

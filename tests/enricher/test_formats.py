@@ -55,10 +55,8 @@ def test_csv_honours_the_charset_parameter() -> None:
 
 def test_an_unknown_charset_is_named() -> None:
     out = normalize_message(INITECH + "; charset=klingon", b"1,2,3")
-    assert (out["error_reason"], out["error_message"]) == (
-        "PAYLOAD_UNDECODABLE",
-        "unknown charset 'klingon'",
-    )
+    assert out["error_reason"] == "CHARSET_UNSUPPORTED"
+    assert out["error_message"].startswith("unknown charset 'klingon' (supported: utf-8,")
 
 
 def test_json_tolerates_a_bom() -> None:
@@ -279,3 +277,17 @@ def test_opcua_bad_payloads(payload: bytes, reason: str, says: str) -> None:
     out = normalize_message(OPCUA, payload)
     assert out["error_reason"] == reason
     assert says in out["error_message"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        (b"1," + b"9" * 200_000 + b",3", "a line of 200004 characters"),  # found by the fuzz check
+        (b'1,"2,3', None),  # an unterminated quote: csv reads to the end; still not 3 numbers
+    ],
+)
+def test_csv_lines_beyond_the_format_are_payload_invalid(payload: bytes, says: str | None) -> None:
+    out = normalize_message(INITECH, payload)
+    assert out["error_reason"] == "PAYLOAD_INVALID", out
+    if says:
+        assert says in out["error_message"]

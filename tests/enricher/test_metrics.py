@@ -136,3 +136,28 @@ def test_headwater_lag_signals_come_from_the_scraped_counter_and_histograms(
     assert window["producer_to_consumer_p99_s"] == pytest.approx(0.1 + 0.15 * 0.99)
     # No new consumer-to-processing sample in the interval: everything so far.
     assert window["consumer_to_processing_p99_s"] == alone["consumer_to_processing_p99_s"]
+
+
+def test_budget_dead_letters_are_counted_by_reason(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    stats = tmp_path / "stats.jsonl"
+    listener = EnricherListener(provider.get_meter("t"), str(stats))
+    counts = {
+        "deadletter:NORMALIZE_BUDGET": 2,
+        "deadletter:NORMALIZE_TOO_LARGE": 1,
+        "deadletter:SPARKPLUG_LIMIT": 4,
+        "deadletter:UNKNOWN_FORMAT": 8,
+    }
+    stats.write_text(json.dumps({"batch_id": 0, "counts": counts, "latency_ms": {}}) + "\n")
+    listener.read_stats()
+    points = {
+        dict(p.attributes)["reason"]: p.value
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "headwater.enricher.normalize.budget_exceeded"
+        for p in m.data.data_points
+    }
+    assert points == {"NORMALIZE_BUDGET": 2, "NORMALIZE_TOO_LARGE": 1, "SPARKPLUG_LIMIT": 4}
+    provider.shutdown()

@@ -103,8 +103,16 @@ def test_summary_counts_added_updated_unchanged_and_pruned(
     topic = prefix + MASTER_DEVICES_TOPIC
     assert len(records_in_topic(kafka_bootstrap, topic)) == 4, "a dry run wrote something"
 
-    code, out, _ = run(capsys, kafka_bootstrap, prefix, "load", str(second), "--prune", "--json")
-    assert code == 0 and json.loads(out).items() >= expected.items()
+    # --prune without --execute (and no terminal to ask at): a dry run that names the victim.
+    code, out, err = run(capsys, kafka_bootstrap, prefix, "load", str(second), "--prune", "--json")
+    assert code == 0 and json.loads(out).items() >= (expected | {"dry_run": True}).items()
+    assert "--prune deletes: acme/c" in err and "would delete 1 device(s)" in err
+    assert len(records_in_topic(kafka_bootstrap, topic)) == 4, "an unconfirmed prune wrote"
+
+    code, out, _ = run(
+        capsys, kafka_bootstrap, prefix, "load", str(second), "--prune", "--execute", "--json"
+    )
+    assert code == 0 and json.loads(out).items() >= (expected | {"dry_run": False}).items()
     # Unchanged records are not rewritten: 4 + b + d + the tombstone of c.
     written = records_in_topic(kafka_bootstrap, topic)
     assert len(written) == 7
@@ -217,3 +225,47 @@ def test_the_dev_stack_writes_its_master_data_with_this_tool(capsys, kafka_boots
     )
     assert code == 0, err
     assert json.loads(out)["site"] == "plant-dev"
+
+
+def _load_at_a_terminal(bootstrap: str, prefix: str, path: Path, answer: str) -> str:
+    """Run ``master load --prune`` with a real terminal as stdin, typing ``answer``."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main_fd, term_fd = pty.openpty()
+    try:
+        os.write(main_fd, answer.encode() + b"\n")  # typed ahead: read at the prompt
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "headwater.cli", "master", "load", str(path), "--prune"),
+                *("--bootstrap-servers", bootstrap, "--topic-prefix", prefix),
+            ],
+            stdin=term_fd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(term_fd)
+        os.close(main_fd)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def test_prune_at_a_terminal_asks_and_deletes_only_when_confirmed(
+    capsys, tmp_path, kafka_bootstrap, prefix
+):
+    both = write(tmp_path, "v1.csv", "tenant,device_id,vendor_format\nacme,a,f\nacme,b,f\n")
+    assert run(capsys, kafka_bootstrap, prefix, "load", str(both))[0] == 0
+    only_a = write(tmp_path, "v2.csv", "tenant,device_id,vendor_format\nacme,a,f\n")
+    topic = prefix + MASTER_DEVICES_TOPIC
+
+    err = _load_at_a_terminal(kafka_bootstrap, prefix, only_a, "no")
+    assert "--prune deletes: acme/b" in err and "nothing written" in err
+    assert ("acme/b", None) not in records_in_topic(kafka_bootstrap, topic)
+
+    err = _load_at_a_terminal(kafka_bootstrap, prefix, only_a, "1")
+    assert "nothing written" not in err
+    assert ("acme/b", None) in records_in_topic(kafka_bootstrap, topic)

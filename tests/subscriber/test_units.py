@@ -103,6 +103,35 @@ def test_completion_keys_name_the_message_and_the_fact_not_the_record():
     assert len(keys) == len(others) and completion_key(c) not in keys
 
 
+def test_a_redriven_message_dead_lettered_again_is_news_a_replay_is_not():
+    dead = completion_pb2.OUTCOME_DEAD_LETTERED
+
+    def letter(reason: str, offset: int) -> completion_pb2.Completion:
+        c = completion_pb2.Completion.FromString(completion("m1", outcome=dead, offset=offset))
+        c.reason = reason
+        return c
+
+    first = letter("UNIT_UNKNOWN", 5)
+    # Redriven (a new ingest record) and dead-lettered again at the same attempt, for
+    # another reason, or even the same one: not a repeat of the first.
+    assert completion_key(letter("NORMALIZE_BUDGET", 9)) != completion_key(first)
+    assert completion_key(letter("UNIT_UNKNOWN", 9)) != completion_key(first)
+    # A Spark replay of the same record is.
+    assert completion_key(letter("UNIT_UNKNOWN", 5)) == completion_key(first)
+
+
+def test_a_store_recognises_the_redriven_dead_letter_as_new():
+    from headwater.subscriber import MemoryDedup
+
+    store = MemoryDedup()
+    dead = completion_pb2.OUTCOME_DEAD_LETTERED
+    _, key = decode_completion(completion("m1", outcome=dead, offset=5))
+    store.record(key)
+    _, again = decode_completion(completion("m1", outcome=dead, offset=5))
+    _, redriven = decode_completion(completion("m1", outcome=dead, offset=9))
+    assert store.seen(again) and not store.seen(redriven)
+
+
 def test_decoders_return_the_generated_class_and_the_id():
     c, key = decode_completion(completion("m1", offset=5))
     assert isinstance(c, completion_pb2.Completion) and key == completion_key(c)

@@ -8,7 +8,6 @@ registry's caller does that for every normalizer (``normalize.check``).
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 from collections.abc import Callable
@@ -137,24 +136,64 @@ def measure(name: str, value: Any, unit: str) -> Measurement:
     return Measurement(name, converted, canonical)
 
 
+#: The charsets a payload may declare (lower case) -> Python's codec. A fixed list: looking
+#: a device's name up in the codec registry would grow the registry's cache with every new
+#: name, and some codecs the registry knows do harm (UTF-7 decodes to lone surrogates).
+CHARSETS: dict[str, str] = {
+    "utf-8": "utf-8",
+    "utf8": "utf-8",
+    "us-ascii": "ascii",
+    "ascii": "ascii",
+    "iso-8859-1": "latin-1",
+    "iso_8859-1": "latin-1",
+    "latin1": "latin-1",
+    "latin-1": "latin-1",
+    "l1": "latin-1",
+    "windows-1252": "cp1252",
+    "cp1252": "cp1252",
+    "utf-16": "utf-16",  # a byte-order mark is required (below)
+    "utf-16le": "utf-16-le",
+    "utf-16be": "utf-16-be",
+    "utf-32": "utf-32",  # a byte-order mark is required (below)
+    "utf-32le": "utf-32-le",
+    "utf-32be": "utf-32-be",
+}
+#: A charset outside :data:`CHARSETS`.
+CHARSET_REASON = "CHARSET_UNSUPPORTED"
+_BOMS = {
+    "utf-16": (b"\xff\xfe", b"\xfe\xff"),
+    "utf-32": (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"),
+}
+
+
 def decode_text(payload: bytes, media: MediaType, default: str = "utf-8") -> str:
     """Return ``payload`` as text in the media type's ``charset`` (else ``default``).
 
-    A UTF-8 byte-order mark is dropped (RFC 8259 section 8.1 lets parsers ignore it, and
-    spreadsheet exports of CSV write one).
+    The charset must be one of :data:`CHARSETS`. ``utf-16`` and ``utf-32`` need their
+    byte-order mark (without one, the byte order is a guess); a UTF-8 byte-order mark is
+    dropped (RFC 8259 section 8.1 lets parsers ignore it, and spreadsheet exports of CSV
+    write one).
 
     Raises:
-        NormalizeError: ``PAYLOAD_UNDECODABLE`` for an unknown charset or invalid bytes.
+        NormalizeError: ``CHARSET_UNSUPPORTED`` for a charset not in the list,
+            ``PAYLOAD_UNDECODABLE`` for bytes that are not text in it.
     """
     charset = media.charset or default
-    try:
-        codec = codecs.lookup(charset).name
-    except LookupError:
-        raise NormalizeError("PAYLOAD_UNDECODABLE", f"unknown charset {charset!r}") from None
+    codec = CHARSETS.get(charset)
+    if codec is None:
+        raise NormalizeError(
+            CHARSET_REASON,
+            f"unknown charset {charset[:40]!r} (supported: utf-8, us-ascii, iso-8859-1, "
+            "windows-1252, utf-16 and utf-32 with a byte-order mark, utf-16le/be, utf-32le/be)",
+        )
+    if codec in _BOMS and not payload.startswith(_BOMS[codec]):
+        raise NormalizeError(
+            "PAYLOAD_UNDECODABLE", f"not {charset} text: no byte-order mark (or use {charset}le/be)"
+        )
     try:
         text = payload.decode(codec)
     except UnicodeDecodeError as exc:
-        raise NormalizeError("PAYLOAD_UNDECODABLE", f"not {charset} text: {exc}") from exc
+        raise NormalizeError("PAYLOAD_UNDECODABLE", f"not {charset} text: {exc}") from None
     # Only UTF-8's mark is dropped here; UTF-16 and UTF-32 codecs consume their own.
     return text[1:] if codec == "utf-8" and text.startswith("\ufeff") else text
 

@@ -10,6 +10,9 @@ from headwater.enricher.media_type import MediaType
 
 #: The columns in order: (measurement name, unit).
 _COLUMNS = (("temperature", "K"), ("humidity", "ratio"), ("voltage", "mV"))
+#: Longest line read: three numbers fit many times over; longer is not this format (and the
+#: csv module refuses cells over 128 Ki characters with its own error).
+MAX_LINE = 1024
 
 
 @register("text/vnd.initech.telemetry.v1+csv")
@@ -23,7 +26,14 @@ def initech_telemetry(payload: bytes, media: MediaType) -> Normalized:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
         raise NormalizeError("PAYLOAD_INVALID", f"expected one CSV line, got {len(lines)}")
-    cells = next(csv.reader(lines))
+    if len(lines[0]) > MAX_LINE:
+        raise NormalizeError(
+            "PAYLOAD_INVALID", f"a line of {len(lines[0])} characters; expected three numbers"
+        )
+    try:
+        cells = next(csv.reader(lines))
+    except csv.Error as exc:  # an unterminated quote, a NUL...
+        raise NormalizeError("PAYLOAD_INVALID", f"not a CSV line: {exc}") from None
     if len(cells) != len(_COLUMNS):
         raise NormalizeError("PAYLOAD_INVALID", f"expected 3 columns, got {len(cells)}")
     values = []

@@ -20,6 +20,7 @@ import struct
 
 from google.protobuf.message import DecodeError
 
+from headwater.enricher import budget as budgets
 from headwater.enricher.formats.base import MetricDef, Normalized, NormalizeError, Pending
 from headwater.enricher.formats.registry import register
 from headwater.enricher.media_type import MediaType
@@ -103,6 +104,14 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
         p = spb.Payload.FromString(payload)
     except DecodeError as exc:
         raise NormalizeError("PAYLOAD_UNDECODABLE", f"not a Sparkplug B payload: {exc}") from None
+    caps = budgets.current()
+    if len(p.metrics) > caps.sparkplug_max_metrics:
+        raise NormalizeError(
+            budgets.SPARKPLUG_REASON,
+            f"{len(p.metrics)} metrics in one payload are over the cap of "
+            f"{caps.sparkplug_max_metrics} (HEADWATER_ENRICHER_SPARKPLUG_MAX_METRICS)",
+        )
+    max_name = caps.sparkplug_max_name_chars
     birth = message_type in BIRTHS
     payload_ms = p.timestamp if p.HasField("timestamp") else None
     definitions, pending = [], []
@@ -110,6 +119,12 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
         alias = m.alias if m.HasField("alias") else None
         if alias is not None and alias > _MAX_ALIAS:
             raise NormalizeError("PAYLOAD_INVALID", f"metrics[{i}]: alias {alias} out of range")
+        if len(m.name) > max_name:
+            raise NormalizeError(
+                budgets.SPARKPLUG_REASON,
+                f"metrics[{i}]: a name of {len(m.name)} characters is over the cap of "
+                f"{max_name} (HEADWATER_ENRICHER_SPARKPLUG_MAX_NAME_CHARS)",
+            )
         if not m.name and alias is None:
             raise NormalizeError("PAYLOAD_INVALID", f"metrics[{i}]: neither name nor alias")
         if birth and not m.name:

@@ -64,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             ".yaml list or devices: list; fields tenant, device_id, vendor_format required, "
             "site, area_code, model optional), check all of them, compare with the topic and "
             "write the records that are new or changed. A bad file writes nothing and says "
-            "file:line. Prints added/updated/unchanged/deleted counts."
+            "file:line. Prints added/updated/unchanged/deleted counts. With --prune, a load "
+            "that deletes devices is a dry run (it lists them) unless --execute is given or "
+            "the deletion is confirmed at the prompt."
         ),
     )
     _common(load)
@@ -75,8 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument(
         "--prune",
         action="store_true",
-        help="also delete devices of the files' tenants that the files do not list",
+        help="also delete devices of the files' tenants that the files do not list "
+        "(a dry run unless --execute or confirmed)",
     )
+    load.add_argument("--execute", action="store_true", help="with --prune: delete without asking")
     load.set_defaults(func=_load)
 
     put = commands.add_parser(
@@ -140,25 +144,51 @@ def _load(args: argparse.Namespace) -> int:
     from headwater.master import store
     from headwater.master.records import MasterFileError, read_files
 
+    dry_run = args.dry_run
     try:
         located = read_files(args.files)
         kafka, topic = _kafka(args), _topic(args)
         changes = store.plan(
             store.read_current(kafka, topic), [x.record for x in located], args.prune
         )
-        if not args.dry_run:
+        if changes.deleted and not dry_run and not _prune_confirmed(args, changes.deleted):
+            dry_run = True  # tombstones are for good: nothing is written unconfirmed
+        if not dry_run:
             store.apply(kafka, topic, changes)
     except (MasterFileError, store.MasterStoreError) as exc:
         return _fail(args, exc)
     counts = changes.counts()
     if args.json:
-        print(json.dumps({"topic": topic, "dry_run": args.dry_run, **counts}))
+        print(json.dumps({"topic": topic, "dry_run": dry_run, **counts}))
     else:
-        verb = "would change (dry run)" if args.dry_run else "loaded"
+        verb = "would change (dry run)" if dry_run else "loaded"
         summary = ", ".join(f"{n} {what}" for what, n in counts.items())
         files = f"{len(located)} device(s) from {len(args.files)} file(s)"
         print(f"{verb} {files} into {topic}: {summary}")
+    if dry_run and not args.dry_run:
+        print(
+            f"dry run: nothing written; --prune would delete {len(changes.deleted)} device(s) "
+            "(add --execute to apply)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _prune_confirmed(args: argparse.Namespace, deleted: list[str]) -> bool:
+    """Return True when the operator wants the tombstones: --execute, or typed at a prompt.
+
+    As ``offsets reset`` and ``dlq redrive``: what cannot be undone is shown first, and
+    happens only when asked for by name (here: the number of devices it deletes).
+    """
+    shown = deleted[:20]
+    more = f" and {len(deleted) - len(shown)} more" if len(deleted) > len(shown) else ""
+    print(f"--prune deletes: {', '.join(shown)}{more}", file=sys.stderr)
+    if args.execute:
+        return True
+    if not sys.stdin.isatty():
+        return False
+    answer = input(f"Type the number of devices to delete ({len(deleted)}) to apply: ")
+    return answer.strip() == str(len(deleted))
 
 
 def _put(args: argparse.Namespace) -> int:

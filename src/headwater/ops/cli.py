@@ -76,8 +76,10 @@ def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _dlq(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
     from headwater.ops import dlq
-    from headwater.ops.render import emit
+    from headwater.ops.render import emit, fields
 
     chosen = dlq.select(
         dlq.read_dead_letters(args.bootstrap_servers, args.topic),
@@ -111,16 +113,20 @@ def _dlq(args: argparse.Namespace) -> int:
             emit(rows, [], True)
         else:
             for row in rows:
-                print("\n".join(f"{k:>16}: {v}" for k, v in row.items()), end="\n\n")
+                print(fields(row), end="\n\n")  # escaped: payload text reaches the terminal
         return 0
-    results = dlq.redrive(
-        args.bootstrap_servers,
-        chosen,
-        args.by,
-        args.why,
-        dry_run=not args.execute,
-        force=args.force,
-    )
+    try:
+        results = dlq.redrive(
+            args.bootstrap_servers,
+            chosen,
+            args.by,
+            args.why,
+            dry_run=not args.execute,
+            force=args.force,
+        )
+    except (dlq.RedriveError, KafkaException) as exc:  # an operator's error, not a traceback
+        print(f"headwater dlq redrive: {exc}", file=sys.stderr)
+        return 1
     emit(
         [r.__dict__ for r in results],
         ["message_id", "device_id", "topic", "sent", "skipped_reason"],

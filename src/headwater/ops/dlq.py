@@ -22,11 +22,12 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.kafka.read import read_topic
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
+from headwater.ops.render import escape
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import DEADLETTER_TOPIC, INGEST_TOPICS
 
@@ -59,11 +60,16 @@ class DeadLetterRecord:
 
 
 def readable(payload: bytes, limit: int = 2000) -> str:
-    """Render bytes as text when they are printable, else as hex."""
+    """Render bytes as text when they are printable, else as hex.
+
+    Text keeps its line ends and tabs; other controls ``string.printable`` lets through
+    (carriage return, vertical tab, form feed) are escaped, so a payload cannot overwrite
+    what the terminal shows.
+    """
     shown = payload[:limit]
     suffix = f" … ({len(payload)} bytes)" if len(payload) > limit else ""
     if all(b in _PRINTABLE for b in shown):
-        return shown.decode() + suffix
+        return escape(shown.decode(), keep="\n\t") + suffix
     return "hex:" + shown.hex(" ") + suffix
 
 
@@ -119,6 +125,10 @@ class RedriveError(RuntimeError):
     """A redrive could not be delivered, or not checked; nothing after the failure was sent."""
 
 
+#: How long a redrive waits for room in the producer's local queue before it gives up.
+QUEUE_WAIT_S = 60.0
+
+
 #: Why a letter is not sent again; ``--force`` sends it anyway.
 ALREADY_REDRIVEN = "already redriven (add --force to send it again)"
 
@@ -159,7 +169,13 @@ def _redrives_after(
     found: dict[_RedriveId, int] = {}
     try:
         tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:  # a partition the topic no longer has, say
+            raise RedriveError(
+                f"could not look for earlier redrives in {topic}/{partition}: "
+                f"{exc.args[0].str() if exc.args else exc}; add --force to send anyway"
+            ) from None
         offset = max(start, low)
         if offset >= high:
             return found
@@ -225,6 +241,7 @@ def redrive(
     now: datetime | None = None,
     ingest_topics: Collection[str] = tuple(INGEST_TOPICS.values()),
     force: bool = False,
+    producer_overrides: dict[str, object] | None = None,
 ) -> list[RedriveResult]:
     """Send each dead letter's original record back to the partition it was read from.
 
@@ -234,7 +251,11 @@ def redrive(
     bootstrap servers (security from ``HEADWATER_KAFKA_*``). The producer is the shared
     keyed-record producer (``KafkaSettings.producer_config``: acks=all, idempotence, the one
     partitioner); the explicit partition (the original's) agrees with the partitioner while
-    the topic's partition count is unchanged.
+    the topic's partition count is unchanged. ``producer_overrides`` are added to its
+    configuration (a smaller local queue, say).
+
+    A redrive of many letters may fill the producer's local queue: it then waits for
+    deliveries (up to ``QUEUE_WAIT_S`` without progress) instead of stopping half-sent.
 
     Raises:
         RedriveError: The check for earlier redrives or the delivery failed.
@@ -246,7 +267,8 @@ def redrive(
     ]
     settings = resolve_kafka(kafka)
     redriven = set() if force else redriven_already(settings, eligible)
-    producer = None if dry_run else Producer(settings.producer_config("headwater-dlq-redrive"))
+    config = settings.producer_config("headwater-dlq-redrive") | (producer_overrides or {})
+    producer = None if dry_run else Producer(config)
     failures: list[str] = []
 
     def delivered(err: object, _msg: object) -> None:
@@ -290,7 +312,8 @@ def redrive(
             (rh.REDRIVE_COUNT, str(len(letter.redrives) + 1).encode()),
         ]
         if producer is not None:
-            producer.produce(
+            _produce(
+                producer,
                 topic,
                 letter.original_value,
                 letter.device_id.encode(),
@@ -298,13 +321,41 @@ def redrive(
                 headers=headers,
                 on_delivery=delivered,
             )
+            if failures:
+                break  # nothing after a failed delivery is sent (RedriveError below)
         results.append(RedriveResult(letter.message_id, letter.device_id, topic, not dry_run))
     if producer is not None:
         left = producer.flush(30)
+        sent = sum(r.sent for r in results)
         if left or failures:
             raise RedriveError(
-                f"{left + len(failures)} redriven records were not acknowledged by the broker "
-                f"({'; '.join(failures[:3]) or 'timeout'}); check the cluster and run the "
-                "redrive again (the message ids make repeats harmless)"
+                f"{left + len(failures)} of {sent} redriven records were not acknowledged by "
+                f"the broker ({'; '.join(failures[:3]) or 'timeout'}); check the cluster and "
+                "run the redrive again (letters redriven already are skipped)"
             )
     return results
+
+
+def _produce(producer: Producer, *args: object, **kwargs: object) -> None:
+    """Produce one record; when the local queue is full, serve deliveries until it has room.
+
+    Serving delivery reports (``poll``) after each record also keeps the queue from filling
+    with reports nobody reads.
+
+    Raises:
+        RedriveError: no room in ``QUEUE_WAIT_S``: the broker does not take what is queued.
+    """
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    while True:
+        try:
+            producer.produce(*args, **kwargs)  # type: ignore[arg-type]
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise RedriveError(
+                    f"the producer's local queue stayed full for {QUEUE_WAIT_S:.0f}s: the "
+                    "broker is not taking records; check the cluster and run the redrive again"
+                ) from None
+            producer.poll(0.5)
+            continue
+        producer.poll(0)
+        return

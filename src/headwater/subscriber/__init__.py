@@ -5,7 +5,6 @@
 See docs/subscribe.md for the guarantees, the settings and a complete example.
 """
 
-from headwater.subscriber.dedup import DedupStore, MemoryDedup, SqliteDedup
 from headwater.subscriber.errors import (
     DeadLetterTopicError,
     StartPointRequiredError,
@@ -19,6 +18,7 @@ from headwater.subscriber.messages import (
     decode_completion,
     decode_event,
 )
+from headwater.subscriber.seen import DedupStore, MemoryDedup, SqliteDedup
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.subscriber.subscriber import Subscriber
 

@@ -53,19 +53,30 @@ def completion_key(c: Completion) -> str:
     A Completion has no id of its own. The message is ``(tenant, device_id, message_id)``
     (message ids are unique per tenant and device only); the fact about it is the outcome
     and the attempt (a message can be RETRY_SCHEDULED at attempt 1 and ENRICHED at
-    attempt 2). The source offset is left out on purpose: a gateway resend of the same
-    message is another ingest record, and once it is enriched again (after the enricher's
-    dedup window) its second ENRICHED completion is a repeat of the first, as is a Spark
-    replay. The key is JSON, so no choice of the parts can collide with another's.
+    attempt 2). For ENRICHED the source offset is left out on purpose: a gateway resend of
+    the same message is another ingest record, and once it is enriched again (after the
+    enricher's dedup window) its second ENRICHED completion is a repeat of the first, as is
+    a Spark replay.
+
+    Every other outcome adds its reason and its source record: a redriven message is a new
+    ingest record (the Completion carries no redrive count; its source stands in for one),
+    and when it is retried or dead-lettered again at the same attempt, that is news (its
+    reason may differ), while a Spark replay of the same record is still a repeat. The key
+    is JSON, so no choice of the parts can collide with another's.
 
     Args:
         c: The completion.
 
     Returns:
         The key the dedup store records, for example
-        ``["acme","pump-1","m-17","OUTCOME_ENRICHED",1]``.
+        ``["acme","pump-1","m-17","OUTCOME_ENRICHED",1]`` or
+        ``["acme","pump-1","m-17","OUTCOME_DEAD_LETTERED",1,"UNIT_UNKNOWN",
+        "ingest.telemetry.v1",3,1207]``.
     """
-    parts = [c.tenant, c.device_id, c.message_id, Outcome.Name(c.outcome), c.attempt]
+    parts: list[object] = [c.tenant, c.device_id, c.message_id, Outcome.Name(c.outcome)]
+    parts.append(c.attempt)
+    if c.outcome != Outcome.OUTCOME_ENRICHED:
+        parts += [c.reason, c.source.topic, c.source.partition, c.source.offset]
     return json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
 
 

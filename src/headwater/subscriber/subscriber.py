@@ -35,11 +35,11 @@ from aiokafka.structs import ConsumerRecord
 from opentelemetry.metrics import Meter
 
 from headwater.kafka.settings import KafkaSettings
-from headwater.subscriber.dedup import DedupStore, MemoryDedup
 from headwater.subscriber.errors import StartPointRequiredError
 from headwater.subscriber.messages import Decoder, Delivery, Handler, M
 from headwater.subscriber.metrics import SubscriberMetrics
 from headwater.subscriber.parking import Parker
+from headwater.subscriber.seen import DedupStore, MemoryDedup
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.subscriber.startpoints import check_start_points
 

@@ -1,4 +1,7 @@
-"""Dedup stores: remember which event ids a subscriber has handled.
+"""Seen stores (``DedupStore``): remember which ids a subscriber has handled.
+
+(Named ``seen``, not ``dedup``: the enricher's ``dedupe.py`` is another thing, its keyed
+state's memory of message ids.)
 
 Delivery is at least once (a crash between handling and commit delivers again, and the
 enricher may write an event twice when Spark replays a batch), so a subscriber checks an

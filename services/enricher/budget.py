@@ -1,0 +1,183 @@
+"""Bounded work per message: a CPU-time budget and a size budget around every normalizer call.
+
+One message must never hold back the others: a normalizer (built-in or a plugin) that
+spins on a hostile payload would stall its Python worker, its micro-batch, and so every
+tenant. So each call runs under a CPU-time budget, enforced by an interval timer
+(``ITIMER_PROF``) whose signal raises :class:`CpuBudgetExceeded` in the worker's main thread,
+and every message's input and output are held to a size budget. Over either, the message
+is a dead letter of its own reason and the batch goes on.
+
+What the timer cannot do: interrupt C code (a regex, ``json`` decoding, protobuf parsing)
+before it returns. That is why the inputs reaching C code are bounded first (payload size
+here, the unit grammar in ``units.py``, the charsets in ``formats/base.py``). Off the main
+thread (signals are delivered there only) the budget is a measured check after the call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: A normalizer used more CPU time than the budget allows.
+CPU_REASON = "NORMALIZE_BUDGET"
+#: The payload, or what a normalizer made of it, is larger than the size budget allows.
+SIZE_REASON = "NORMALIZE_TOO_LARGE"
+#: A Sparkplug B payload with more metrics, or a longer metric name, than its caps allow.
+SPARKPLUG_REASON = "SPARKPLUG_LIMIT"
+#: Every budget reason (the metric ``normalize.budget_exceeded`` counts them).
+REASONS = frozenset({CPU_REASON, SIZE_REASON, SPARKPLUG_REASON})
+
+_ENV = "HEADWATER_ENRICHER_"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one message may cost the normalize step (``HEADWATER_ENRICHER_NORMALIZE_*``)."""
+
+    #: CPU time one normalizer call may use, in ms (its thread's, not the wall clock).
+    cpu_ms: float = 100.0
+    #: Payload bytes a normalizer is given at all; the ingest contract's limit (256 KiB).
+    max_payload_bytes: int = 262_144
+    #: Measurements, definitions and pending readings one message may produce, together.
+    max_measurements: int = 10_000
+    #: Characters of any one string a normalizer returns (names, units, alarm texts).
+    max_text_chars: int = 1_024
+    #: Metrics in one Sparkplug B payload (a birth of a large node has a few thousand).
+    sparkplug_max_metrics: int = 5_000
+    #: Characters of one Sparkplug B metric name.
+    sparkplug_max_name_chars: int = 256
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Budget:
+        """Read the budget from ``HEADWATER_ENRICHER_NORMALIZE_*``; raise SettingError if bad."""
+        from headwater.runtime.env import env_float, env_int
+
+        env = os.environ if env is None else env
+        return cls(
+            cpu_ms=env_float(env, _ENV + "NORMALIZE_CPU_MS", cls.cpu_ms, 1.0),
+            max_payload_bytes=env_int(
+                env, _ENV + "NORMALIZE_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, 1
+            ),
+            max_measurements=env_int(
+                env, _ENV + "NORMALIZE_MAX_MEASUREMENTS", cls.max_measurements, 1
+            ),
+            max_text_chars=env_int(env, _ENV + "NORMALIZE_MAX_TEXT_CHARS", cls.max_text_chars, 1),
+            sparkplug_max_metrics=env_int(
+                env, _ENV + "SPARKPLUG_MAX_METRICS", cls.sparkplug_max_metrics, 1
+            ),
+            sparkplug_max_name_chars=env_int(
+                env, _ENV + "SPARKPLUG_MAX_NAME_CHARS", cls.sparkplug_max_name_chars, 1
+            ),
+        )
+
+
+class BudgetExceeded(BaseException):
+    """Over budget.
+
+    A BaseException, so that a normalizer's ``except Exception`` (pint's parser wrappers, a
+    plugin's own guard) cannot swallow the interruption.
+    """
+
+    reason = CPU_REASON
+
+
+class CpuBudgetExceeded(BudgetExceeded):
+    """A normalizer call used more CPU time than ``Budget.cpu_ms``."""
+
+
+class SizeBudgetExceeded(Exception):
+    """A payload or a normalized result larger than the size budget (raised by checks)."""
+
+    reason = SIZE_REASON
+
+
+_current: Budget | None = None
+
+
+def current() -> Budget:
+    """Return the budget of this process: set by :func:`configure`, else from the environment.
+
+    Spark's Python workers are separate processes that inherit the executor's environment,
+    so the environment is where they find it.
+    """
+    global _current
+    if _current is None:
+        _current = Budget.from_env()
+    return _current
+
+
+def configure(budget: Budget | None) -> None:
+    """Set this process's budget (None: read the environment again on next use)."""
+    global _current
+    _current = budget
+
+
+class _Timer:
+    """The CPU-time interrupt: one per process, armed around each call in the main thread."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.deadline = 0.0  # thread CPU time (s) after which the handler raises
+        self.installed: bool | None = None  # None: not tried yet; False: not possible here
+
+    def install(self) -> bool:
+        """Install the SIGPROF handler once; False when another handler owns the signal."""
+        if self.installed is None:
+            try:
+                previous = signal.getsignal(signal.SIGPROF)
+                if previous not in (signal.SIG_DFL, signal.SIG_IGN, None):
+                    self.installed = False  # a profiler's: do not take it over
+                else:
+                    signal.signal(signal.SIGPROF, self._fire)
+                    self.installed = True
+            except (ValueError, AttributeError, OSError):  # not the main thread, no SIGPROF
+                self.installed = False
+        return self.installed
+
+    def _fire(self, _signum: int, _frame: Any) -> None:
+        # ITIMER_PROF counts the whole process's CPU time; other threads (Spark's reader and
+        # writer threads) may have used it, so raise only when this thread is over budget;
+        # the timer's interval fires again otherwise.
+        if self.armed and time.thread_time() >= self.deadline:
+            raise CpuBudgetExceeded()
+
+
+_timer = _Timer()
+_MAIN = threading.main_thread()
+
+
+def call(budget: Budget, fn: Any, *args: Any) -> Any:
+    """Return ``fn(*args)``, run under ``budget.cpu_ms`` of CPU time.
+
+    Raises:
+        CpuBudgetExceeded: the call was interrupted (main thread), or took longer than the
+            budget (measured, elsewhere or when the interruption was swallowed).
+    """
+    limit = budget.cpu_ms / 1000.0
+    start = time.thread_time()
+    timed = threading.current_thread() is _MAIN and _timer.install()
+    if timed:
+        _timer.deadline = start + limit
+        try:
+            _timer.armed = True
+            # The interval re-fires: a normalizer that swallows one interruption gets another.
+            signal.setitimer(signal.ITIMER_PROF, limit, limit)
+            try:
+                out = fn(*args)
+            finally:
+                _timer.armed = False  # first: a signal arriving from here on is ignored
+                signal.setitimer(signal.ITIMER_PROF, 0.0)
+        except CpuBudgetExceeded:
+            _timer.armed = False
+            signal.setitimer(signal.ITIMER_PROF, 0.0)
+            raise
+    else:
+        out = fn(*args)
+    if time.thread_time() - start > limit:
+        raise CpuBudgetExceeded()
+    return out

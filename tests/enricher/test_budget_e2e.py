@@ -1,0 +1,136 @@
+"""End to end (real broker, local Spark): one message cannot hold back the others (issue 22).
+
+A Globex message whose unit is ``m**9**9**9`` (an exponent tower the units library would
+evaluate forever) and a Sparkplug B birth of exactly the ingest contract's payload limit
+(256 KiB, ~12,000 metrics: over the metric cap) go through a running enricher. Each must
+become a dead letter with its own reason, and the messages other devices sent right after
+them must be completed in the same micro-batch or the next.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from headwater.enricher import job
+from headwater.enricher.budget import Budget
+from headwater.proto.events.v1 import dead_letter_pb2
+from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from tests.enricher.test_pipeline import alive, settings_for
+from tests.support.kafkatools import (
+    ACME,
+    GLOBEX,
+    Msg,
+    TopicReader,
+    acme,
+    completions,
+    ingest,
+    make_topics,
+    master,
+    outcome,
+    read_all,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SPARKPLUG_BIRTH = "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DBIRTH"
+#: The ingest contract's largest payload (services/ingest/settings.py).
+CONTRACT_MAX_PAYLOAD_BYTES = 262_144
+OTHERS = 20
+
+
+def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
+    """A birth of as many small metrics as fit, padded to exactly ``size`` bytes."""
+    p = spb.Payload(timestamp=1_700_000_000_000)
+    i = 0
+    while p.ByteSize() < size - 64:
+        p.metrics.add(name=f"m{i}", datatype=10, double_value=float(i))
+        i += 1
+    p.body = b""
+    # "body" (field 7, bytes) takes the rest: a tag byte, a varint length, the bytes.
+    for pad in range(size - p.ByteSize(), 0, -1):
+        p.body = b"x" * pad
+        if p.ByteSize() <= size:
+            break
+    while p.ByteSize() < size:
+        p.body += b"x"
+    value = p.SerializeToString()
+    assert len(value) == size, len(value)
+    return value
+
+
+@pytest.fixture
+def running(spark, tmp_path) -> Iterator[Any]:
+    queries = []
+
+    def start(settings: Any) -> Any:
+        q = job.start(spark, settings, str(tmp_path / "stats.jsonl"))
+        queries.append(q)
+        return q
+
+    yield start
+    for q in queries:
+        q.stop()
+
+
+def _batches_with_input(q: Any) -> list[int]:
+    return [
+        p["batchId"]
+        for p in (json.loads(x.json) for x in q.recentProgress)
+        if p.get("numInputRows")
+    ]
+
+
+@pytest.mark.timeout(400)
+def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
+    kafka_bootstrap: str, running, tmp_path
+) -> None:
+    topics = make_topics(kafka_bootstrap)
+    devices = ["dev-tower", "dev-spb", *(f"dev-{i}" for i in range(OTHERS))]
+    for d in devices:
+        master(kafka_bootstrap, topics, d)
+    # The enricher runs, warm (its Python workers have normalized a message), before the
+    # poison arrives: what follows shows how long the poison holds the others.
+    ingest(kafka_bootstrap, topics, [Msg("warm", "dev-0", ACME, acme(1, 2), 1)])
+    q = running(settings_for(kafka_bootstrap, topics, str(tmp_path / "cp")))
+    reader = TopicReader(kafka_bootstrap, topics.completions)
+    reader.until(lambda r: any(c.message_id == "warm" for c in completions(r)), 180, alive(q))
+    before = set(_batches_with_input(q))
+
+    tower = b'{"readings": [{"k": "length", "v": 1, "u": "m**9**9**9"}]}'
+    spb_payload = sparkplug_at_the_limit()
+    poison = [
+        Msg("p-tower", "dev-tower", GLOBEX, tower, 1),
+        Msg("p-sparkplug", "dev-spb", SPARKPLUG_BIRTH, spb_payload, 1),
+    ]
+    after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
+    ingest(kafka_bootstrap, topics, poison + after)
+
+    wanted = {m.message_id for m in poison + after}
+    reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
+    by_id = {c.message_id: c for c in completions(reader.records)}
+    assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
+    assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
+    assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
+    # Within a micro-batch or two of the poison: the batches that read anything since.
+    used = sorted(set(_batches_with_input(q)) - before)
+    assert 1 <= len(used) <= 2, used
+    assert q.exception() is None and q.isActive
+
+    letters = {
+        d.message_id: d
+        for d in (
+            dead_letter_pb2.DeadLetter.FromString(m.value())
+            for m in read_all(kafka_bootstrap, topics.deadletter)
+        )
+    }
+    assert (letters["p-tower"].reason, letters["p-tower"].stage) == ("UNIT_UNKNOWN", "normalize")
+    assert "stacked exponents" in letters["p-tower"].error_message
+    assert letters["p-sparkplug"].reason == "SPARKPLUG_LIMIT"
+    assert (
+        f"over the cap of {Budget().sparkplug_max_metrics}" in letters["p-sparkplug"].error_message
+    )
+    reader.close()

@@ -1,0 +1,43 @@
+"""The CPU budget inside a Spark Python worker: where the normalize step really runs.
+
+The timer's signal reaches only a process's main thread. A Spark Python worker runs
+``mapInArrow`` functions (the hop that calls ``normalize_message``) in its main thread, so
+there a spinning call is interrupted, not merely measured after it returns (if it returns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark]
+
+
+def _probe(batches: Iterator[Any]) -> Iterator[Any]:
+    import threading
+
+    import pyarrow as pa
+
+    from headwater.enricher import budget
+
+    def spin() -> None:
+        while True:
+            pass
+
+    for _ in batches:
+        main = threading.current_thread() is threading.main_thread()
+        try:
+            budget.call(budget.Budget(cpu_ms=30), spin)
+            got = "returned"
+        except budget.CpuBudgetExceeded:
+            got = "interrupted"
+        timed = bool(budget._timer.installed)
+        yield pa.RecordBatch.from_pydict({"main": [main], "timed": [timed], "got": [got]})
+
+
+@pytest.mark.timeout(180)
+def test_a_spinning_call_in_a_python_worker_is_interrupted(spark: Any) -> None:
+    rows = spark.range(1).mapInArrow(_probe, "main boolean, timed boolean, got string").collect()
+    assert [tuple(r) for r in rows] == [(True, True, "interrupted")]
