@@ -3,22 +3,30 @@
 A call is admitted, or refused with RESOURCE_EXHAUSTED and a RetryInfo delay, before its
 request is parsed, in this order (cheapest and most protective first):
 
-1. a slot: publish calls and open streams are counted separately
-   (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``). gRPC's own
-   ``maximum_concurrent_rpcs`` is not used: it refuses health checks and reflection too,
-   and sends no RetryInfo (measured with grpcio 1.85);
+1. a slot: publish calls and open streams are counted separately, per process
+   (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``) and per
+   gateway (``HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS``, ``..._GATEWAY_MAX_STREAMS``,
+   tokens-file overrides), so one gateway cannot take every slot of a replica. Slots are
+   held in ``with`` blocks (:meth:`Admission.rpc_slot`, :meth:`Admission.stream_slot`) so
+   every exit gives them back. gRPC's own ``maximum_concurrent_rpcs`` is not used: it
+   refuses health checks and reflection too, and sends no RetryInfo (grpcio 1.85);
 2. the deadline: a call whose time left cannot cover the service's recent produce time
    (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
 3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
    rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
    size estimated from recent requests, so the usual refusal under overload never copies
-   the body out of gRPC's transport;
-4. once the body is read, the same checks with its real size (:meth:`Admission.admit`):
+   the body out of gRPC. The estimate only spares work: a caller can train it;
+4. reading the body (:meth:`Admission.reading_body`): a body being read counts at the
+   largest size it may turn out to have (``HEADWATER_INGEST_MAX_REQUEST_BYTES``), never at
+   an estimate a caller could train (100 small calls, then 1,024 large ones at once), so
+   bodies being read plus bytes in flight never pass the process bound. A read that does
+   not fit waits its turn (holding its slot, not a body) within the call's deadline
+   and is refused if the room does not come in time;
+5. once the body is read, the checks with its real size (:meth:`Admission.admit`):
    request bytes are counted from then until the producer has acknowledged (or failed)
    every record made from them, so bytes in the producer's queue after a call timed out
-   still count. Bodies being read count at the estimate meanwhile. The producer's own
-   queue limits are derived from the same bound (:func:`producer_queue_limits`), so
-   neither can grow past it.
+   still count. The producer's own queue limits are derived from the same bound
+   (:func:`producer_queue_limits`), so neither can grow past it.
 
 Calls gRPC has accepted but the event loop has not yet started are bounded in gRPC's core
 (``server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
@@ -30,13 +38,16 @@ RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
-from headwater.ingest.auth import Gateway
+from headwater.ingest.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
@@ -50,6 +61,8 @@ MIN_RECORD_BYTES = 64
 #: Half-life of the produce-time estimate once no produce finishes: after a broker stall
 #: the estimate falls back within seconds instead of refusing every call forever.
 ESTIMATE_HALF_LIFE_S = 1.0
+#: Longest wait for room to read a body before the call is refused (see reading_body).
+READ_WAIT_MAX_S = 1.0
 #: Weight of the newest request in the request-size estimate (an exponential average).
 SIZE_ESTIMATE_WEIGHT = 0.1
 
@@ -149,6 +162,7 @@ class Ticket:
         self.released = True
         self.admission.in_use -= self.nbytes
         self.admission.quotas.give(self.gateway, self.nbytes)
+        self.admission.wake_readers()
 
 
 class Admission:
@@ -161,6 +175,16 @@ class Admission:
         self.streams = 0
         self._max_rpcs = settings.max_concurrent_rpcs
         self._max_streams = settings.max_streams
+        self._gateway_rpcs_default = settings.gateway_max_concurrent_rpcs
+        self._gateway_streams_default = settings.gateway_max_streams
+        #: Slots held per gateway id (only gateways holding one: entries leave at zero).
+        self.rpcs_by_gateway: dict[str, int] = {}
+        self.streams_by_gateway: dict[str, int] = {}
+        #: What a body being read may turn out to be: the largest request gRPC accepts.
+        self.max_read_bytes = settings.max_request_bytes
+        #: Bytes reserved by bodies being read (``max_read_bytes`` each).
+        self.reading_bytes = 0
+        self._read_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._min_deadline_s = settings.min_deadline_ms / 1000
         self._retry_delay_s = settings.overload_retry_delay_ms / 1000
         self.quotas = quotas or GatewayQuotas(
@@ -172,13 +196,16 @@ class Admission:
         #: Recent request size (bytes, exponential average): what a body not yet read is
         #: expected to hold. 0 until the first request, so the first is never refused early.
         self.typical_request = 0.0
-        #: Calls whose body is being read (between :meth:`check_room` and :meth:`admit`).
-        self.reading = 0
 
     # --- slots ------------------------------------------------------------------------
 
-    def enter_rpc(self) -> None:
-        """Take a publish-call slot or raise OverloadedError; pair with :meth:`leave_rpc`."""
+    @contextmanager
+    def rpc_slot(self, gateway: Gateway) -> Iterator[None]:
+        """Hold a publish-call slot of the process and of ``gateway`` for the block.
+
+        Raises:
+            OverloadedError: the process's or the gateway's limit is reached.
+        """
         if self.rpcs >= self._max_rpcs:
             raise OverloadedError(
                 f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
@@ -188,14 +215,21 @@ class Admission:
                 setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
                 limit_value=self._max_rpcs,
             )
-        self.rpcs += 1
+        limit = _own(gateway.max_concurrent_rpcs, self._gateway_rpcs_default, gateway)
+        with _held(self.rpcs_by_gateway, gateway, limit, self._gateway_rpcs_full):
+            self.rpcs += 1
+            try:
+                yield
+            finally:
+                self.rpcs -= 1
 
-    def leave_rpc(self) -> None:
-        """Give back a slot taken by :meth:`enter_rpc`."""
-        self.rpcs -= 1
+    @contextmanager
+    def stream_slot(self, gateway: Gateway) -> Iterator[None]:
+        """Hold a stream slot of the process and of ``gateway`` for the block.
 
-    def enter_stream(self) -> None:
-        """Take a stream slot or raise OverloadedError; pair with :meth:`leave_stream`."""
+        Raises:
+            OverloadedError: the process's or the gateway's limit is reached.
+        """
         if self.streams >= self._max_streams:
             raise OverloadedError(
                 f"ingest replica holds its limit of {self._max_streams} open streams "
@@ -205,11 +239,37 @@ class Admission:
                 setting="HEADWATER_INGEST_MAX_STREAMS",
                 limit_value=self._max_streams,
             )
-        self.streams += 1
+        limit = _own(gateway.max_streams, self._gateway_streams_default, gateway)
+        with _held(self.streams_by_gateway, gateway, limit, self._gateway_streams_full):
+            self.streams += 1
+            try:
+                yield
+            finally:
+                self.streams -= 1
 
-    def leave_stream(self) -> None:
-        """Give back a slot taken by :meth:`enter_stream`."""
-        self.streams -= 1
+    def _gateway_rpcs_full(self, gateway: Gateway, limit: int) -> OverloadedError:
+        return OverloadedError(
+            f"gateway {gateway.gateway_id!r} has its limit of {limit} publish calls at once "
+            "(max_concurrent_rpcs in the tokens file, default "
+            "HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS); wait for answers or retry later",
+            retry_delay_s=self._retry_delay_s,
+            limit="gateway_max_concurrent_rpcs",
+            setting="HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS",
+            limit_value=limit,
+            subject=f"gateway:{gateway.gateway_id}",
+        )
+
+    def _gateway_streams_full(self, gateway: Gateway, limit: int) -> OverloadedError:
+        return OverloadedError(
+            f"gateway {gateway.gateway_id!r} holds its limit of {limit} open streams "
+            "(max_streams in the tokens file, default HEADWATER_INGEST_GATEWAY_MAX_STREAMS); "
+            "close a stream or retry later",
+            retry_delay_s=self._retry_delay_s,
+            limit="gateway_max_streams",
+            setting="HEADWATER_INGEST_GATEWAY_MAX_STREAMS",
+            limit_value=limit,
+            subject=f"gateway:{gateway.gateway_id}",
+        )
 
     # --- per call ---------------------------------------------------------------------
 
@@ -237,14 +297,79 @@ class Admission:
     def check_room(self, gateway: Gateway) -> None:
         """Refuse a call before its body is read if a body of the usual size cannot fit.
 
-        Bodies other calls are reading count at the same estimate, so a burst of calls
-        cannot all pass this check and then all be refused once read. Books nothing: the
-        real size is checked by :meth:`admit`.
+        The usual size is estimated from recent requests, so under overload most calls
+        are refused here without their body ever being copied. A caller can train the
+        estimate, so this check only spares work: the process bound is kept by
+        :meth:`reading_body` (which trusts no estimate) and :meth:`admit` (real size).
+        Books nothing.
         """
         expected = max(1, round(self.typical_request))
         self.quotas.check(gateway, expected)
-        if self.in_use + (self.reading + 1) * expected > self.max_bytes:
+        if self.in_use + self.reading_bytes + expected > self.max_bytes:
             raise self._process_full()
+
+    @asynccontextmanager
+    async def reading_body(self, time_left_s: float | None) -> AsyncIterator[None]:
+        """Reserve room for a body being read, at the largest size it may have.
+
+        Waits (first come, first served) while the room is taken by bytes in flight and
+        other reads, at most ``time_left_s`` or the overload retry delay, whichever is
+        shorter; then refuses.
+
+        Raises:
+            OverloadedError: no room came in time.
+        """
+        reserve = self.max_read_bytes
+        if not self._read_waiters and self._read_fits(reserve):
+            self.reading_bytes += reserve
+        else:
+            await self._wait_for_read_room(time_left_s)
+        try:
+            yield
+        finally:
+            self.reading_bytes -= reserve
+            self.wake_readers()
+
+    async def _wait_for_read_room(self, time_left_s: float | None) -> None:
+        """Queue for read room; :meth:`wake_readers` books it before waking this waiter."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._read_waiters.append(waiter)
+        # Waiting holds no body (only the slot the call already has). Bounded by the
+        # call's own time, less what a produce takes now, and by READ_WAIT_MAX_S: longer
+        # than the overload retry delay, because 64 callers at once queue here for one
+        # read each, yet short enough that a stalled replica still refuses (RetryInfo)
+        # instead of holding its callers.
+        wait_s = READ_WAIT_MAX_S
+        if time_left_s is not None:
+            needed = max(self._min_deadline_s, self.produce_time.value())
+            wait_s = max(0.0, min(wait_s, time_left_s - needed))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), wait_s)
+        except BaseException as exc:
+            if waiter.done():  # booked just as the wait ended
+                if isinstance(exc, TimeoutError):
+                    return
+                self.reading_bytes -= self.max_read_bytes
+                self.wake_readers()
+                raise
+            waiter.cancel()
+            self._read_waiters.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise self._process_full() from None
+            raise
+
+    def _read_fits(self, reserve: int) -> bool:
+        return self.in_use + self.reading_bytes + reserve <= self.max_bytes
+
+    def wake_readers(self) -> None:
+        """Let waiting reads in, in arrival order, while their reservations fit."""
+        while self._read_waiters and self._read_fits(self.max_read_bytes):
+            waiter = self._read_waiters.popleft()
+            if waiter.done():
+                continue
+            # Booked here, so one release wakes only as many reads as fit.
+            self.reading_bytes += self.max_read_bytes
+            waiter.set_result(None)
 
     def _process_full(self) -> OverloadedError:
         return OverloadedError(
@@ -273,8 +398,43 @@ class Admission:
         """
         self.typical_request += SIZE_ESTIMATE_WEIGHT * (nbytes - self.typical_request)
         self.quotas.check(gateway, nbytes)
-        if self.in_use + nbytes > self.max_bytes:
+        # Bodies being read count at their reservation: together with these bytes they
+        # stay within the bound whatever those bodies turn out to be.
+        if self.in_use + self.reading_bytes + nbytes > self.max_bytes:
             raise self._process_full()
         self.quotas.take(gateway, nbytes)
         self.in_use += nbytes
         return Ticket(self, gateway, nbytes)
+
+
+def _own(override: int | None, default: int, gateway: Gateway) -> int:
+    """A gateway's slot limit: its tokens-file override, else the default; 0: none.
+
+    The anonymous identity is every caller at once: only the process limits apply to it.
+    """
+    if gateway is ANONYMOUS:
+        return 0
+    return default if override is None else override
+
+
+@contextmanager
+def _held(
+    counts: dict[str, int],
+    gateway: Gateway,
+    limit: int,
+    full: Callable[[Gateway, int], OverloadedError],
+) -> Iterator[None]:
+    """Count one slot of ``gateway`` in ``counts`` for the block, or raise ``full``."""
+    key = gateway.gateway_id
+    held = counts.get(key, 0)
+    if limit and held >= limit:
+        raise full(gateway, limit)
+    counts[key] = held + 1
+    try:
+        yield
+    finally:
+        left = counts[key] - 1
+        if left:
+            counts[key] = left
+        else:
+            del counts[key]

@@ -6,12 +6,8 @@ import dataclasses
 
 import grpc
 import pytest
-from aiokafka import errors as kafka_errors
-from google.rpc import error_details_pb2
 
 from headwater.devstack.broker import free_port
-from headwater.ingest import status
-from headwater.ingest.errors import BrokerTimeoutError, OverloadedError
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.env import SettingError
@@ -143,42 +139,6 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
         )
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert details_of(err.value)["RetryInfo"].retry_delay.ToMilliseconds() == 1000
-
-
-@pytest.mark.parametrize(
-    ("exc", "code", "retriable"),
-    [
-        (kafka_errors.KafkaTimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, True),
-        (kafka_errors.RequestTimedOutError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.NotLeaderForPartitionError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.KafkaConnectionError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.MessageSizeTooLargeError(), grpc.StatusCode.INVALID_ARGUMENT, False),
-        (kafka_errors.TopicAuthorizationFailedError(), grpc.StatusCode.PERMISSION_DENIED, False),
-        (kafka_errors.UnknownError(), grpc.StatusCode.INTERNAL, False),
-        (TimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, True),
-    ],
-)
-def test_kafka_errors_map_to_grpc_codes_in_one_place(exc, code, retriable):
-    err = status.from_kafka_error(exc)
-    assert (err.code, err.retriable) == (code, retriable)
-    assert err.kafka_error == type(exc).__name__
-    rpc = status.to_rpc_status(err)
-    assert rpc.code == code
-    result = status.error_result("m1", err)
-    assert result.code == code.value[0]
-    assert result.error.kafka_error == type(exc).__name__
-
-
-def test_status_carries_error_info_with_the_kafka_error_name():
-    rpc = status.to_rpc_status(status.from_kafka_error(kafka_errors.KafkaTimeoutError()))
-    info = error_details_pb2.ErrorInfo()
-    from google.rpc import status_pb2
-
-    st = status_pb2.Status.FromString(dict(rpc.trailing_metadata)["grpc-status-details-bin"])
-    st.details[0].Unpack(info)
-    assert info.reason == BrokerTimeoutError.reason
-    assert info.metadata["kafka_error"] == "KafkaTimeoutError"
-    assert OverloadedError.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 @pytest.mark.parametrize(
