@@ -16,12 +16,12 @@ request is parsed, in this order (cheapest and most protective first):
    rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
    size estimated from recent requests, so the usual refusal under overload never copies
    the body out of gRPC. The estimate only spares work: a caller can train it;
-4. reading the body (:meth:`Admission.reading_body`): a body being read counts at the
-   largest size it may turn out to have (``HEADWATER_INGEST_MAX_REQUEST_BYTES``), never at
-   an estimate a caller could train (100 small calls, then 1,024 large ones at once), so
-   bodies being read plus bytes in flight never pass the process bound. A read that does
-   not fit waits its turn (holding its slot, not a body) within the call's deadline
-   and is refused if the room does not come in time;
+4. reading the body (:meth:`Admission.reading_body`, ``body_reads.py``): a body being
+   read counts at the largest size it may turn out to have
+   (``HEADWATER_INGEST_MAX_REQUEST_BYTES``), never at an estimate a caller could train,
+   so bodies being read plus bytes in flight never pass the process bound. A read that
+   does not fit waits its turn briefly (holding its slot, not a body), then is refused;
+   each gateway reads one body at a time;
 5. once the body is read, the checks with its real size (:meth:`Admission.admit`):
    request bytes are counted from then until the producer has acknowledged (or failed)
    every record made from them, so bytes in the producer's queue after a call timed out
@@ -38,16 +38,16 @@ RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
 
 from __future__ import annotations
 
-import asyncio
-import collections
+import contextlib
 import math
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from headwater.ingest.auth import ANONYMOUS, Gateway
+from headwater.ingest.body_reads import BodyReads
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
@@ -180,11 +180,14 @@ class Admission:
         #: Slots held per gateway id (only gateways holding one: entries leave at zero).
         self.rpcs_by_gateway: dict[str, int] = {}
         self.streams_by_gateway: dict[str, int] = {}
-        #: What a body being read may turn out to be: the largest request gRPC accepts.
-        self.max_read_bytes = settings.max_request_bytes
-        #: Bytes reserved by bodies being read (``max_read_bytes`` each).
-        self.reading_bytes = 0
-        self._read_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: Bodies being read, each at the largest request gRPC accepts (body_reads.py).
+        # (At most the whole bound: settings.check keeps requests within it, and a read
+        # reserving more than the bound could never start.)
+        self.reads = BodyReads(
+            min(settings.max_request_bytes, self.max_bytes),
+            lambda: self.max_bytes - self.in_use,
+            self._process_full,
+        )
         self._min_deadline_s = settings.min_deadline_ms / 1000
         self._retry_delay_s = settings.overload_retry_delay_ms / 1000
         self.quotas = quotas or GatewayQuotas(
@@ -308,68 +311,34 @@ class Admission:
         if self.in_use + self.reading_bytes + expected > self.max_bytes:
             raise self._process_full()
 
-    @asynccontextmanager
-    async def reading_body(self, time_left_s: float | None) -> AsyncIterator[None]:
-        """Reserve room for a body being read, at the largest size it may have.
+    def reading_body(
+        self, gateway: Gateway, time_left_s: float | None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Reserve room for ``gateway``'s body being read, at the largest size it may have.
 
-        Waits (first come, first served) while the room is taken by bytes in flight and
-        other reads, at most ``time_left_s`` or the overload retry delay, whichever is
-        shorter; then refuses.
+        See ``body_reads.py``. Waits for room (holding no body) at most READ_WAIT_MAX_S,
+        and no longer than the call's own time less what a produce takes now.
 
         Raises:
             OverloadedError: no room came in time.
         """
-        reserve = self.max_read_bytes
-        if not self._read_waiters and self._read_fits(reserve):
-            self.reading_bytes += reserve
-        else:
-            await self._wait_for_read_room(time_left_s)
-        try:
-            yield
-        finally:
-            self.reading_bytes -= reserve
-            self.wake_readers()
-
-    async def _wait_for_read_room(self, time_left_s: float | None) -> None:
-        """Queue for read room; :meth:`wake_readers` books it before waking this waiter."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._read_waiters.append(waiter)
-        # Waiting holds no body (only the slot the call already has). Bounded by the
-        # call's own time, less what a produce takes now, and by READ_WAIT_MAX_S: longer
-        # than the overload retry delay, because 64 callers at once queue here for one
-        # read each, yet short enough that a stalled replica still refuses (RetryInfo)
-        # instead of holding its callers.
+        # Longer than the overload retry delay, because 64 callers arriving at once queue
+        # here for one read each, yet short enough that a stalled replica still refuses
+        # (with RetryInfo) instead of holding its callers.
         wait_s = READ_WAIT_MAX_S
         if time_left_s is not None:
             needed = max(self._min_deadline_s, self.produce_time.value())
             wait_s = max(0.0, min(wait_s, time_left_s - needed))
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), wait_s)
-        except BaseException as exc:
-            if waiter.done():  # booked just as the wait ended
-                if isinstance(exc, TimeoutError):
-                    return
-                self.reading_bytes -= self.max_read_bytes
-                self.wake_readers()
-                raise
-            waiter.cancel()
-            self._read_waiters.remove(waiter)
-            if isinstance(exc, TimeoutError):
-                raise self._process_full() from None
-            raise
+        return self.reads.reading(gateway, wait_s)
 
-    def _read_fits(self, reserve: int) -> bool:
-        return self.in_use + self.reading_bytes + reserve <= self.max_bytes
+    @property
+    def reading_bytes(self) -> int:
+        """Bytes reserved by bodies being read."""
+        return self.reads.reserved
 
     def wake_readers(self) -> None:
-        """Let waiting reads in, in arrival order, while their reservations fit."""
-        while self._read_waiters and self._read_fits(self.max_read_bytes):
-            waiter = self._read_waiters.popleft()
-            if waiter.done():
-                continue
-            # Booked here, so one release wakes only as many reads as fit.
-            self.reading_bytes += self.max_read_bytes
-            waiter.set_result(None)
+        """Let waiting reads in now that bytes were given back."""
+        self.reads.wake()
 
     def _process_full(self) -> OverloadedError:
         return OverloadedError(

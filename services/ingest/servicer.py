@@ -117,7 +117,7 @@ class IngestServicer:
                 time_left = _time_left(context.time_remaining())
                 self._admission.check_deadline(time_left)
                 self._admission.check_room(gateway)
-                async with self._admission.reading_body(time_left):
+                async with self._admission.reading_body(gateway, time_left):
                     request = await self._read_request(requests)
                 # The place is the arrival order of this gateway's requests (no await
                 # between the body's arrival and here).

@@ -130,7 +130,7 @@ async def test_bodies_being_read_count_at_the_largest_size_not_a_trainable_estim
         nonlocal peak, reading_now, most_reading
         try:
             admission.check_room(GW)  # the trained estimate lets every one through here
-            async with admission.reading_body(5.0):
+            async with admission.reading_body(ANONYMOUS, 5.0):
                 reading_now += 1
                 most_reading = max(most_reading, reading_now)
                 peak = max(peak, admission.in_use + admission.reading_bytes)
@@ -163,7 +163,7 @@ async def test_a_read_waits_for_room_and_bytes_in_flight_count_against_it():
     entered = asyncio.Event()
 
     async def read() -> None:
-        async with admission.reading_body(None):
+        async with admission.reading_body(GW, None):
             entered.set()
 
     task = asyncio.create_task(read())
@@ -178,9 +178,36 @@ async def test_a_read_waits_for_room_and_bytes_in_flight_count_against_it():
     # A read that cannot get room before its deadline is refused, not queued forever.
     held = admission.admit(GW, 500)
     with pytest.raises(OverloadedError, match="HEADWATER_INGEST_MAX_INFLIGHT_BYTES"):
-        async with admission.reading_body(0.05):
+        async with admission.reading_body(GW, 0.05):
             pass
     held.release()
+
+
+async def test_a_gateway_whose_bodies_never_come_holds_one_read_and_others_still_read():
+    admission = Admission(
+        IngestSettings(
+            max_inflight_bytes=8000,
+            max_request_bytes=3000,
+            gateway_max_inflight_bytes=0,
+            overload_retry_delay_ms=50,
+        )
+    )
+    silent, other = GW, Gateway("gw-2", "t", ("*",))
+    never = asyncio.Event()
+
+    async def silent_call() -> None:
+        async with admission.reading_body(silent, 30.0):
+            await never.wait()
+
+    held = [asyncio.create_task(silent_call()) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert admission.reads.by_gateway == {"gw-1": 1}, "a gateway reads one body at a time"
+    for _ in range(3):  # the other gateway reads on, one body after another
+        async with admission.reading_body(other, 0.5):
+            assert admission.reading_bytes == 6000
+    never.set()
+    await asyncio.gather(*held)
+    assert (admission.reading_bytes, admission.reads.by_gateway) == (0, {})
 
 
 def test_the_gateway_share_is_checked_before_the_body_too():
