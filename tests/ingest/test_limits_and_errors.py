@@ -180,3 +180,33 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
 def test_bad_settings_are_refused_with_a_clear_message(env, message):
     with pytest.raises(SettingError, match=message):
         IngestSettings.from_env(env)
+
+
+async def test_a_frame_id_longer_than_64_bits_is_refused_before_anything_is_written(ingest):
+    """Issue 22: the answer echoing such an id cannot be built, so it must not be written."""
+    from headwater import wire
+
+    kept = device_message("acme-frame-id")
+    too_long = wire.varint_field(1, 1 << 64) + wire.length_field(2, kept.SerializeToString())
+    fine = wire.varint_field(1, (1 << 64) - 1) + wire.length_field(
+        2, device_message("acme-frame-id").SerializeToString()
+    )
+    assert wire.stream_deserializer(too_long).error_field == "frame_id"
+    call = ingest.channel.stream_stream(
+        "/headwater.ingest.v1.IngestService/StreamTelemetry",
+        request_serializer=lambda b: b,
+        response_deserializer=api.StreamTelemetryResponse.FromString,
+    )(metadata=bearer(), timeout=20)
+    await call.write(too_long)
+    refused = await call.read()
+    assert refused.frame_id == 0
+    (result,) = refused.results  # one error for the frame; its message was not written
+    assert result.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert result.message_id != kept.message_id
+    assert [v.field for v in result.error.field_violations] == ["frame_id"]
+    # The stream goes on: the largest 64-bit id is answered and written.
+    await call.write(fine)
+    answer = await call.read()
+    assert answer.frame_id == (1 << 64) - 1
+    assert [r.code for r in answer.results] == [0]
+    await call.done_writing()
