@@ -315,9 +315,12 @@ def test_new_settings_are_read_from_the_environment():
             "HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND": "0",
             "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES": "1048576",
             "HEADWATER_INGEST_MAX_PENDING_CALLS": "9",
+            "HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS": "5",
+            "HEADWATER_INGEST_GATEWAY_MAX_STREAMS": "0",
         }
     )
     assert s.max_pending_calls == 9
+    assert (s.gateway_max_concurrent_rpcs, s.gateway_max_streams) == (5, 0)
     assert (s.max_streams, s.stream_frame_timeout_seconds, s.min_deadline_ms) == (7, 3.5, 20)
     assert (s.gateway_rate_bytes_per_second, s.gateway_max_inflight_bytes) == (0, 1048576)
 
@@ -328,6 +331,7 @@ def test_new_settings_are_read_from_the_environment():
         ({"HEADWATER_INGEST_MAX_STREAMS": "0"}, "must be at least 1"),
         ({"HEADWATER_INGEST_MAX_PENDING_CALLS": "0"}, "must be at least 1"),
         ({"HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND": "-1"}, "must be at least 0"),
+        ({"HEADWATER_INGEST_GATEWAY_MAX_STREAMS": "-1"}, "must be at least 0"),
         ({"HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES": str(2**30)}, "share cannot be larger"),
         ({"HEADWATER_INGEST_STREAM_FRAME_TIMEOUT_SECONDS": "soon"}, "is not a number"),
     ],
