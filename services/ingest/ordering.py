@@ -12,6 +12,9 @@ place is the arrival order), waits for the requests ahead of it to finish *issui
 records, issues its own, then hands the turn on. Waiting for acks happens after the turn,
 so a gateway's requests still overlap at the broker. The line is per gateway, not per
 process: other gateways never wait for this one.
+
+Within one stream, :class:`RefusalHold` keeps frames sent behind a frame refused for
+overload from being written before it is sent again.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+from headwater.ingest.errors import OverloadedError
 
 
 class Place:
@@ -102,3 +107,44 @@ class IssueOrder:
 
     def __len__(self) -> int:
         return len(self._lines)
+
+
+class RefusalHold:
+    """Keeps a stream's later frames from overtaking a frame refused for overload.
+
+    A frame refused whole (RESOURCE_EXHAUSTED, nothing written) is sent again by the
+    gateway after the RetryInfo delay. Frames it sent behind it meanwhile would otherwise
+    be written first, and a device's readings would be stored out of order. So once a
+    frame of the stream is refused, every frame of the stream is refused the same way
+    until that delay has passed: the gateway resends them all, oldest first.
+    """
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._refusal: OverloadedError | None = None
+
+    def check(self) -> None:
+        """Raise OverloadedError while an earlier frame's refusal holds the stream."""
+        refusal = self._refusal
+        if refusal is None:
+            return
+        left = self._until - asyncio.get_running_loop().time()
+        if left <= 0:
+            self._refusal = None
+            return
+        # A new exception each time: re-raising one object would grow its traceback.
+        raise OverloadedError(
+            f"an earlier frame of this stream was refused ({refusal.message}); this one is "
+            "refused too so that the resent frames keep their order",
+            retry_delay_s=left,
+            limit=refusal.limit,
+            setting=refusal.setting,
+            limit_value=refusal.limit_value,
+            subject=refusal.subject,
+        )
+
+    def refused(self, err: OverloadedError) -> None:
+        """Hold the stream for ``err``'s retry delay."""
+        until = asyncio.get_running_loop().time() + (err.retry_delay_s or 0.0)
+        if until > self._until:
+            self._until, self._refusal = until, err

@@ -32,7 +32,7 @@ from headwater.ingest.errors import (
     UnauthenticatedError,
 )
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.ordering import IssueOrder, Place
+from headwater.ingest.ordering import IssueOrder, Place, RefusalHold
 from headwater.ingest.producer import RecordWriter
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result
@@ -257,10 +257,11 @@ class IngestServicer:
         answered concurrently still write their records in the order they were sent.
         """
         running: set[asyncio.Task[None]] = set()
+        hold = RefusalHold()
 
         async def answer(frame: bytes, gateway: Gateway, place: Place) -> None:
             try:
-                result = await self._stream_answer(ep, frame, gateway, context, place)
+                result = await self._stream_answer(ep, frame, gateway, context, place, hold)
             except BaseException:
                 window.release()
                 raise
@@ -288,6 +289,7 @@ class IngestServicer:
         gateway: Gateway,
         context: grpc.aio.ServicerContext,
         place: Place,
+        hold: RefusalHold,
     ) -> object:
         started = time.perf_counter()
         code = grpc.StatusCode.OK
@@ -305,6 +307,7 @@ class IngestServicer:
         ) as span:
             try:
                 self._check_ready()
+                hold.check()
                 frame, results = await self._frames.write(
                     ep, data, wire.stream_deserializer, gateway, _time_left(time_left), place
                 )
@@ -313,6 +316,7 @@ class IngestServicer:
                 code = err.code
                 frame = wire.stream_deserializer(data)  # the frame id and message count
                 if isinstance(err, OverloadedError):
+                    hold.refused(err)
                     # Refused unparsed: results by position (an empty id), one per message.
                     self._refused(ep, "stream", err, len(data), gateway)
                     results = [error_result("", err) for _ in frame.messages or [b""]]

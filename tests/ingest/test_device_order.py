@@ -6,12 +6,14 @@ library draining a backlog, are read back from the partition: zero inversions.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 from confluent_kafka import Consumer, TopicPartition
 
 from headwater.gateway import GatewayClient, NewMessage, Spool
@@ -151,3 +153,39 @@ async def test_the_gateway_library_draining_a_backlog_keeps_each_devices_order(
     assert inversions(stored, set(devices)) == 0
     for device in devices:
         assert [m.sequence for m in stored if m.device_id == device] == list(range(1, 1001))
+
+
+async def test_frames_behind_a_refused_frame_are_refused_too_until_its_retry_delay(ingest):
+    """A refused frame is resent later: what the gateway sent behind it must not go first."""
+    admission = ingest.server._servicer._admission  # the real server's own books
+    device = f"acme-held-{uuid.uuid4().hex[:8]}"
+    big = [device_message(device, payload=b"x" * 1000, sequence=i + 1) for i in range(30)]
+    small = [device_message(device, sequence=31)]
+    requests: asyncio.Queue[api.StreamTelemetryRequest | None] = asyncio.Queue()
+
+    async def frames() -> AsyncIterator[api.StreamTelemetryRequest]:
+        while (request := await requests.get()) is not None:
+            yield request
+
+    call = ingest.stub.StreamTelemetry(frames(), metadata=bearer(), timeout=30)
+    # Room for the small frame but not the large one, as if other calls held the rest.
+    admission.in_use = admission.max_bytes - 20_000
+    try:
+        requests.put_nowait(api.StreamTelemetryRequest(frame_id=1, messages=big))
+        requests.put_nowait(api.StreamTelemetryRequest(frame_id=2, messages=small))
+        answers = {a.frame_id: a for a in [await call.read(), await call.read()]}
+    finally:
+        admission.in_use = 0
+    for frame_id in (1, 2):
+        codes = {r.code for r in answers[frame_id].results}
+        assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]}, answers[frame_id]
+        assert all(r.error.reason == "OVERLOADED" for r in answers[frame_id].results)
+    delay = answers[2].results[0].error.retry_delay.ToMilliseconds()
+    assert 0 < delay <= 250
+    await asyncio.sleep(0.3)  # the gateway waits out the RetryInfo delay, then resends in order
+    requests.put_nowait(api.StreamTelemetryRequest(frame_id=3, messages=big + small))
+    resent = await call.read()
+    assert [r.code for r in resent.results] == [0] * 31
+    offsets = [r.offset for r in resent.results]
+    assert offsets == sorted(offsets) and len({r.partition for r in resent.results}) == 1
+    requests.put_nowait(None)
