@@ -19,9 +19,9 @@ request is parsed, in this order (cheapest and most protective first):
 4. reading the body (:meth:`Admission.reading_body`, ``body_reads.py``): a body being
    read counts at the largest size it may turn out to have
    (``HEADWATER_INGEST_MAX_REQUEST_BYTES``), never at an estimate a caller could train,
-   so bodies being read plus bytes in flight never pass the process bound. A read that
-   does not fit waits its turn briefly (holding its slot, not a body), then is refused;
-   each gateway reads one body at a time;
+   against a room as large as the in-flight bound: bodies being read never pass the
+   bound, whatever came before. A read that does not fit waits its turn briefly (holding
+   its slot, not a body), then is refused; each gateway reads one body at a time;
 5. once the body is read, the checks with its real size (:meth:`Admission.admit`):
    request bytes are counted from then until the producer has acknowledged (or failed)
    every record made from them, so bytes in the producer's queue after a call timed out
@@ -162,7 +162,6 @@ class Ticket:
         self.released = True
         self.admission.in_use -= self.nbytes
         self.admission.quotas.give(self.gateway, self.nbytes)
-        self.admission.wake_readers()
 
 
 class Admission:
@@ -183,9 +182,12 @@ class Admission:
         #: Bodies being read, each at the largest request gRPC accepts (body_reads.py).
         # (At most the whole bound: settings.check keeps requests within it, and a read
         # reserving more than the bound could never start.)
+        # Their own room, as large as the bound: counting them against the admitted bytes
+        # too would refuse every stream frame while two 4 MiB reservations stand (the
+        # default bounds), though the bodies behind them are usually a few hundred bytes.
         self.reads = BodyReads(
             min(settings.max_request_bytes, self.max_bytes),
-            lambda: self.max_bytes - self.in_use,
+            lambda: self.max_bytes,
             self._process_full,
         )
         self._min_deadline_s = settings.min_deadline_ms / 1000
@@ -308,7 +310,9 @@ class Admission:
         """
         expected = max(1, round(self.typical_request))
         self.quotas.check(gateway, expected)
-        if self.in_use + self.reading_bytes + expected > self.max_bytes:
+        # Bodies being read count at the same estimate here, so a burst of calls cannot
+        # all pass this check and then all be refused once read.
+        if self.in_use + (self.reads.count + 1) * expected > self.max_bytes:
             raise self._process_full()
 
     def reading_body(
@@ -335,10 +339,6 @@ class Admission:
     def reading_bytes(self) -> int:
         """Bytes reserved by bodies being read."""
         return self.reads.reserved
-
-    def wake_readers(self) -> None:
-        """Let waiting reads in now that bytes were given back."""
-        self.reads.wake()
 
     def _process_full(self) -> OverloadedError:
         return OverloadedError(
@@ -367,9 +367,7 @@ class Admission:
         """
         self.typical_request += SIZE_ESTIMATE_WEIGHT * (nbytes - self.typical_request)
         self.quotas.check(gateway, nbytes)
-        # Bodies being read count at their reservation: together with these bytes they
-        # stay within the bound whatever those bodies turn out to be.
-        if self.in_use + self.reading_bytes + nbytes > self.max_bytes:
+        if self.in_use + nbytes > self.max_bytes:
             raise self._process_full()
         self.quotas.take(gateway, nbytes)
         self.in_use += nbytes

@@ -4,8 +4,10 @@ While a publish call's body is being read, gRPC's core lets the whole message in
 ``HEADWATER_INGEST_MAX_REQUEST_BYTES``) before Python sees a byte of it. A size estimate
 from earlier requests can be trained by the caller (100 calls of 80 bytes, then 1,024
 calls of 4 MiB at once would each count at 80 bytes: ~4 GiB against an 8 MiB bound), so
-a read reserves the largest allowed size against the process's free bytes instead; the
-real size replaces it once the body is read (``Admission.admit``).
+a read reserves the largest allowed size instead, in a room as large as the process's
+in-flight bound (``HEADWATER_INGEST_MAX_INFLIGHT_BYTES``): at most that many bytes of
+bodies are read at once, beside at most that many admitted. Once read, a body counts at
+its real size against the bound itself (``Admission.admit``).
 
 Two rules keep that from starving callers:
 
@@ -31,7 +33,7 @@ class BodyReads:
 
     Args:
         reserve_bytes: what one read reserves (the largest request gRPC accepts).
-        free_bytes: the process's bytes not yet booked by admitted requests.
+        free_bytes: the room for reservations (the in-flight bound).
         full: the refusal to raise when no room came in time.
     """
 
@@ -68,6 +70,11 @@ class BodyReads:
         finally:
             self._unbook(key)
             self.wake()
+
+    @property
+    def count(self) -> int:
+        """Reads in progress."""
+        return self.reserved // self.reserve_bytes if self.reserve_bytes else 0
 
     def wake(self) -> None:
         """Let waiting reads in, in arrival order, while their reservations fit."""

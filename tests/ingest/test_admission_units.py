@@ -133,7 +133,7 @@ async def test_bodies_being_read_count_at_the_largest_size_not_a_trainable_estim
             async with admission.reading_body(ANONYMOUS, 5.0):
                 reading_now += 1
                 most_reading = max(most_reading, reading_now)
-                peak = max(peak, admission.in_use + admission.reading_bytes)
+                peak = max(peak, admission.reading_bytes)
                 await asyncio.sleep(0.002)  # the body arriving
                 reading_now -= 1
             admission.admit(GW, 4 * mib - 1000).release()
@@ -144,13 +144,13 @@ async def test_bodies_being_read_count_at_the_largest_size_not_a_trainable_estim
     await asyncio.gather(*(large_call() for _ in range(1024)))
     assert len(outcomes) == 1024
     assert most_reading <= 2, "more 4 MiB bodies were read at once than the bound holds"
-    assert peak <= 8 * mib
+    assert peak <= 8 * mib, "reservations of bodies being read passed the bound"
     assert set(outcomes) <= {"written", "max_inflight_bytes"}
     assert outcomes.count("written") >= 2, "waiting reads were never let in"
     assert (admission.in_use, admission.reading_bytes) == (0, 0)
 
 
-async def test_a_read_waits_for_room_and_bytes_in_flight_count_against_it():
+async def test_a_read_waits_for_room_in_line_and_is_refused_if_none_comes():
     admission = Admission(
         IngestSettings(
             max_inflight_bytes=1000,
@@ -159,28 +159,38 @@ async def test_a_read_waits_for_room_and_bytes_in_flight_count_against_it():
             overload_retry_delay_ms=2000,
         )
     )
-    held = admission.admit(GW, 500)  # 500 + a 600-byte read does not fit
+    first, second = GW, Gateway("gw-2", "t", ("*",))
+    done_reading = asyncio.Event()
     entered = asyncio.Event()
 
-    async def read() -> None:
-        async with admission.reading_body(GW, None):
+    async def slow_body() -> None:
+        async with admission.reading_body(first, None):
+            await done_reading.wait()
+
+    async def next_body() -> None:
+        async with admission.reading_body(second, None):
             entered.set()
 
-    task = asyncio.create_task(read())
+    slow = asyncio.create_task(slow_body())
+    await asyncio.sleep(0.01)
+    waiting = asyncio.create_task(next_body())
     await asyncio.sleep(0.05)
-    assert not entered.is_set()
-    with pytest.raises(OverloadedError) as err:
-        admission.admit(GW, 600)  # nor does a frame's real size, with the read counted
-    assert err.value.limit == "max_inflight_bytes"
-    held.release()  # room: the waiting read goes in
-    await asyncio.wait_for(task, 1)
-    assert admission.reading_bytes == 0
-    # A read that cannot get room before its deadline is refused, not queued forever.
-    held = admission.admit(GW, 500)
-    with pytest.raises(OverloadedError, match="HEADWATER_INGEST_MAX_INFLIGHT_BYTES"):
-        async with admission.reading_body(GW, 0.05):
-            pass
+    assert not entered.is_set(), "two 600-byte reservations do not fit 1,000 bytes"
+    assert admission.reads.count == 1
+    held = admission.admit(first, 900)  # admitted bytes have their own room
+    done_reading.set()  # the first body is read: the waiting one goes in
+    await asyncio.wait_for(asyncio.gather(slow, waiting), 1)
     held.release()
+    # A read that cannot get room before its deadline is refused, not queued forever.
+    done_reading.clear()
+    slow = asyncio.create_task(slow_body())
+    await asyncio.sleep(0.01)
+    with pytest.raises(OverloadedError, match="HEADWATER_INGEST_MAX_INFLIGHT_BYTES"):
+        async with admission.reading_body(second, 0.05):
+            pass
+    done_reading.set()
+    await slow
+    assert admission.reading_bytes == 0
 
 
 async def test_a_gateway_whose_bodies_never_come_holds_one_read_and_others_still_read():
