@@ -6,10 +6,10 @@ request is parsed, in this order (cheapest and most protective first):
 1. a slot: publish calls and open streams are counted separately, per process
    (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``) and per
    gateway (``HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS``, ``..._GATEWAY_MAX_STREAMS``,
-   tokens-file overrides), so one gateway cannot take every slot of a replica. Slots are
-   held in ``with`` blocks (:meth:`Admission.rpc_slot`, :meth:`Admission.stream_slot`) so
-   every exit gives them back. gRPC's own ``maximum_concurrent_rpcs`` is not used: it
-   refuses health checks and reflection too, and sends no RetryInfo (grpcio 1.85);
+   tokens-file overrides), so one gateway cannot take every slot of a replica
+   (``slots.py``). Slots are held in ``with`` blocks, so every exit gives them back.
+   gRPC's own ``maximum_concurrent_rpcs`` is not used: it refuses health checks and
+   reflection too, and sends no RetryInfo (grpcio 1.85);
 2. the deadline: a call whose time left cannot cover the service's recent produce time
    (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
 3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
@@ -42,15 +42,15 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from headwater.ingest.auth import ANONYMOUS, Gateway
+from headwater.ingest.auth import Gateway
 from headwater.ingest.body_reads import BodyReads
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.slots import Slots
 
 #: Bytes the service adds to a record beyond the message itself: the key and the headers
 #: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).
@@ -170,15 +170,6 @@ class Admission:
     def __init__(self, settings: IngestSettings, quotas: GatewayQuotas | None = None) -> None:
         self.max_bytes = settings.max_inflight_bytes
         self.in_use = 0
-        self.rpcs = 0
-        self.streams = 0
-        self._max_rpcs = settings.max_concurrent_rpcs
-        self._max_streams = settings.max_streams
-        self._gateway_rpcs_default = settings.gateway_max_concurrent_rpcs
-        self._gateway_streams_default = settings.gateway_max_streams
-        #: Slots held per gateway id (only gateways holding one: entries leave at zero).
-        self.rpcs_by_gateway: dict[str, int] = {}
-        self.streams_by_gateway: dict[str, int] = {}
         #: Bodies being read, each at the largest request gRPC accepts (body_reads.py).
         # (At most the whole bound: settings.check keeps requests within it, and a read
         # reserving more than the bound could never start.)
@@ -192,6 +183,7 @@ class Admission:
         )
         self._min_deadline_s = settings.min_deadline_ms / 1000
         self._retry_delay_s = settings.overload_retry_delay_ms / 1000
+        self.slots = Slots(settings, self._retry_delay_s)
         self.quotas = quotas or GatewayQuotas(
             settings.gateway_rate_bytes_per_second,
             settings.gateway_max_inflight_bytes,
@@ -202,79 +194,35 @@ class Admission:
         #: expected to hold. 0 until the first request, so the first is never refused early.
         self.typical_request = 0.0
 
-    # --- slots ------------------------------------------------------------------------
+    # --- slots (slots.py) ---------------------------------------------------------------
 
-    @contextmanager
-    def rpc_slot(self, gateway: Gateway) -> Iterator[None]:
-        """Hold a publish-call slot of the process and of ``gateway`` for the block.
+    def rpc_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+        """Hold a publish-call slot of the process and of ``gateway`` for the block."""
+        return self.slots.rpc_slot(gateway)
 
-        Raises:
-            OverloadedError: the process's or the gateway's limit is reached.
-        """
-        if self.rpcs >= self._max_rpcs:
-            raise OverloadedError(
-                f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
-                "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_concurrent_rpcs",
-                setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
-                limit_value=self._max_rpcs,
-            )
-        limit = _own(gateway.max_concurrent_rpcs, self._gateway_rpcs_default, gateway)
-        with _held(self.rpcs_by_gateway, gateway, limit, self._gateway_rpcs_full):
-            self.rpcs += 1
-            try:
-                yield
-            finally:
-                self.rpcs -= 1
+    def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+        """Hold a stream slot of the process and of ``gateway`` for the block."""
+        return self.slots.stream_slot(gateway)
 
-    @contextmanager
-    def stream_slot(self, gateway: Gateway) -> Iterator[None]:
-        """Hold a stream slot of the process and of ``gateway`` for the block.
+    @property
+    def rpcs(self) -> int:
+        """Publish calls being served."""
+        return self.slots.rpcs
 
-        Raises:
-            OverloadedError: the process's or the gateway's limit is reached.
-        """
-        if self.streams >= self._max_streams:
-            raise OverloadedError(
-                f"ingest replica holds its limit of {self._max_streams} open streams "
-                "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_streams",
-                setting="HEADWATER_INGEST_MAX_STREAMS",
-                limit_value=self._max_streams,
-            )
-        limit = _own(gateway.max_streams, self._gateway_streams_default, gateway)
-        with _held(self.streams_by_gateway, gateway, limit, self._gateway_streams_full):
-            self.streams += 1
-            try:
-                yield
-            finally:
-                self.streams -= 1
+    @property
+    def streams(self) -> int:
+        """Open streams."""
+        return self.slots.streams
 
-    def _gateway_rpcs_full(self, gateway: Gateway, limit: int) -> OverloadedError:
-        return OverloadedError(
-            f"gateway {gateway.gateway_id!r} has its limit of {limit} publish calls at once "
-            "(max_concurrent_rpcs in the tokens file, default "
-            "HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS); wait for answers or retry later",
-            retry_delay_s=self._retry_delay_s,
-            limit="gateway_max_concurrent_rpcs",
-            setting="HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS",
-            limit_value=limit,
-            subject=f"gateway:{gateway.gateway_id}",
-        )
+    @property
+    def rpcs_by_gateway(self) -> dict[str, int]:
+        """Publish calls being served, per gateway holding one."""
+        return self.slots.rpcs_by_gateway
 
-    def _gateway_streams_full(self, gateway: Gateway, limit: int) -> OverloadedError:
-        return OverloadedError(
-            f"gateway {gateway.gateway_id!r} holds its limit of {limit} open streams "
-            "(max_streams in the tokens file, default HEADWATER_INGEST_GATEWAY_MAX_STREAMS); "
-            "close a stream or retry later",
-            retry_delay_s=self._retry_delay_s,
-            limit="gateway_max_streams",
-            setting="HEADWATER_INGEST_GATEWAY_MAX_STREAMS",
-            limit_value=limit,
-            subject=f"gateway:{gateway.gateway_id}",
-        )
+    @property
+    def streams_by_gateway(self) -> dict[str, int]:
+        """Open streams, per gateway holding one."""
+        return self.slots.streams_by_gateway
 
     # --- per call ---------------------------------------------------------------------
 
@@ -372,36 +320,3 @@ class Admission:
         self.quotas.take(gateway, nbytes)
         self.in_use += nbytes
         return Ticket(self, gateway, nbytes)
-
-
-def _own(override: int | None, default: int, gateway: Gateway) -> int:
-    """A gateway's slot limit: its tokens-file override, else the default; 0: none.
-
-    The anonymous identity is every caller at once: only the process limits apply to it.
-    """
-    if gateway is ANONYMOUS:
-        return 0
-    return default if override is None else override
-
-
-@contextmanager
-def _held(
-    counts: dict[str, int],
-    gateway: Gateway,
-    limit: int,
-    full: Callable[[Gateway, int], OverloadedError],
-) -> Iterator[None]:
-    """Count one slot of ``gateway`` in ``counts`` for the block, or raise ``full``."""
-    key = gateway.gateway_id
-    held = counts.get(key, 0)
-    if limit and held >= limit:
-        raise full(gateway, limit)
-    counts[key] = held + 1
-    try:
-        yield
-    finally:
-        left = counts[key] - 1
-        if left:
-            counts[key] = left
-        else:
-            del counts[key]
