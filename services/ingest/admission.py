@@ -3,22 +3,30 @@
 A call is admitted, or refused with RESOURCE_EXHAUSTED and a RetryInfo delay, before its
 request is parsed, in this order (cheapest and most protective first):
 
-1. a slot: publish calls and open streams are counted separately
-   (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``). gRPC's own
-   ``maximum_concurrent_rpcs`` is not used: it refuses health checks and reflection too,
-   and sends no RetryInfo (measured with grpcio 1.85);
+1. a slot: publish calls and open streams are counted separately, per process
+   (``HEADWATER_INGEST_MAX_CONCURRENT_RPCS``, ``HEADWATER_INGEST_MAX_STREAMS``) and per
+   gateway (``HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS``, ``..._GATEWAY_MAX_STREAMS``,
+   tokens-file overrides), so one gateway cannot take every slot of a replica
+   (``slots.py``). Slots are held in ``with`` blocks, so every exit gives them back.
+   gRPC's own ``maximum_concurrent_rpcs`` is not used: it refuses health checks and
+   reflection too, and sends no RetryInfo (grpcio 1.85);
 2. the deadline: a call whose time left cannot cover the service's recent produce time
    (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
 3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
    rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
    size estimated from recent requests, so the usual refusal under overload never copies
-   the body out of gRPC's transport;
-4. once the body is read, the same checks with its real size (:meth:`Admission.admit`):
+   the body out of gRPC. The estimate only spares work: a caller can train it;
+4. reading the body (:meth:`Admission.reading_body`, ``body_reads.py``): a body being
+   read counts at the largest size it may turn out to have
+   (``HEADWATER_INGEST_MAX_REQUEST_BYTES``), never at an estimate a caller could train,
+   against a room as large as the in-flight bound: bodies being read never pass the
+   bound, whatever came before. A read that does not fit waits its turn briefly (holding
+   its slot, not a body), then is refused; each gateway reads one body at a time;
+5. once the body is read, the checks with its real size (:meth:`Admission.admit`):
    request bytes are counted from then until the producer has acknowledged (or failed)
    every record made from them, so bytes in the producer's queue after a call timed out
-   still count. Bodies being read count at the estimate meanwhile. The producer's own
-   queue limits are derived from the same bound (:func:`producer_queue_limits`), so
-   neither can grow past it.
+   still count. The producer's own queue limits are derived from the same bound
+   (:func:`producer_queue_limits`), so neither can grow past it.
 
 Calls gRPC has accepted but the event loop has not yet started are bounded in gRPC's core
 (``server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
@@ -30,6 +38,7 @@ RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -37,9 +46,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headwater.ingest.auth import Gateway
+from headwater.ingest.body_reads import BodyReads
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.slots import Slots
 
 #: Bytes the service adds to a record beyond the message itself: the key and the headers
 #: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).
@@ -50,6 +61,8 @@ MIN_RECORD_BYTES = 64
 #: Half-life of the produce-time estimate once no produce finishes: after a broker stall
 #: the estimate falls back within seconds instead of refusing every call forever.
 ESTIMATE_HALF_LIFE_S = 1.0
+#: Longest wait for room to read a body before the call is refused (see reading_body).
+READ_WAIT_MAX_S = 1.0
 #: Weight of the newest request in the request-size estimate (an exponential average).
 SIZE_ESTIMATE_WEIGHT = 0.1
 
@@ -157,12 +170,20 @@ class Admission:
     def __init__(self, settings: IngestSettings, quotas: GatewayQuotas | None = None) -> None:
         self.max_bytes = settings.max_inflight_bytes
         self.in_use = 0
-        self.rpcs = 0
-        self.streams = 0
-        self._max_rpcs = settings.max_concurrent_rpcs
-        self._max_streams = settings.max_streams
+        #: Bodies being read, each at the largest request gRPC accepts (body_reads.py).
+        # (At most the whole bound: settings.check keeps requests within it, and a read
+        # reserving more than the bound could never start.)
+        # Their own room, as large as the bound: counting them against the admitted bytes
+        # too would refuse every stream frame while two 4 MiB reservations stand (the
+        # default bounds), though the bodies behind them are usually a few hundred bytes.
+        self.reads = BodyReads(
+            min(settings.max_request_bytes, self.max_bytes),
+            lambda: self.max_bytes,
+            self._process_full,
+        )
         self._min_deadline_s = settings.min_deadline_ms / 1000
         self._retry_delay_s = settings.overload_retry_delay_ms / 1000
+        self.slots = Slots(settings, self._retry_delay_s)
         self.quotas = quotas or GatewayQuotas(
             settings.gateway_rate_bytes_per_second,
             settings.gateway_max_inflight_bytes,
@@ -172,44 +193,36 @@ class Admission:
         #: Recent request size (bytes, exponential average): what a body not yet read is
         #: expected to hold. 0 until the first request, so the first is never refused early.
         self.typical_request = 0.0
-        #: Calls whose body is being read (between :meth:`check_room` and :meth:`admit`).
-        self.reading = 0
 
-    # --- slots ------------------------------------------------------------------------
+    # --- slots (slots.py) ---------------------------------------------------------------
 
-    def enter_rpc(self) -> None:
-        """Take a publish-call slot or raise OverloadedError; pair with :meth:`leave_rpc`."""
-        if self.rpcs >= self._max_rpcs:
-            raise OverloadedError(
-                f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
-                "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_concurrent_rpcs",
-                setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
-                limit_value=self._max_rpcs,
-            )
-        self.rpcs += 1
+    def rpc_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+        """Hold a publish-call slot of the process and of ``gateway`` for the block."""
+        return self.slots.rpc_slot(gateway)
 
-    def leave_rpc(self) -> None:
-        """Give back a slot taken by :meth:`enter_rpc`."""
-        self.rpcs -= 1
+    def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+        """Hold a stream slot of the process and of ``gateway`` for the block."""
+        return self.slots.stream_slot(gateway)
 
-    def enter_stream(self) -> None:
-        """Take a stream slot or raise OverloadedError; pair with :meth:`leave_stream`."""
-        if self.streams >= self._max_streams:
-            raise OverloadedError(
-                f"ingest replica holds its limit of {self._max_streams} open streams "
-                "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_streams",
-                setting="HEADWATER_INGEST_MAX_STREAMS",
-                limit_value=self._max_streams,
-            )
-        self.streams += 1
+    @property
+    def rpcs(self) -> int:
+        """Publish calls being served."""
+        return self.slots.rpcs
 
-    def leave_stream(self) -> None:
-        """Give back a slot taken by :meth:`enter_stream`."""
-        self.streams -= 1
+    @property
+    def streams(self) -> int:
+        """Open streams."""
+        return self.slots.streams
+
+    @property
+    def rpcs_by_gateway(self) -> dict[str, int]:
+        """Publish calls being served, per gateway holding one."""
+        return self.slots.rpcs_by_gateway
+
+    @property
+    def streams_by_gateway(self) -> dict[str, int]:
+        """Open streams, per gateway holding one."""
+        return self.slots.streams_by_gateway
 
     # --- per call ---------------------------------------------------------------------
 
@@ -237,14 +250,43 @@ class Admission:
     def check_room(self, gateway: Gateway) -> None:
         """Refuse a call before its body is read if a body of the usual size cannot fit.
 
-        Bodies other calls are reading count at the same estimate, so a burst of calls
-        cannot all pass this check and then all be refused once read. Books nothing: the
-        real size is checked by :meth:`admit`.
+        The usual size is estimated from recent requests, so under overload most calls
+        are refused here without their body ever being copied. A caller can train the
+        estimate, so this check only spares work: the process bound is kept by
+        :meth:`reading_body` (which trusts no estimate) and :meth:`admit` (real size).
+        Books nothing.
         """
         expected = max(1, round(self.typical_request))
         self.quotas.check(gateway, expected)
-        if self.in_use + (self.reading + 1) * expected > self.max_bytes:
+        # Bodies being read count at the same estimate here, so a burst of calls cannot
+        # all pass this check and then all be refused once read.
+        if self.in_use + (self.reads.count + 1) * expected > self.max_bytes:
             raise self._process_full()
+
+    def reading_body(
+        self, gateway: Gateway, time_left_s: float | None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Reserve room for ``gateway``'s body being read, at the largest size it may have.
+
+        See ``body_reads.py``. Waits for room (holding no body) at most READ_WAIT_MAX_S,
+        and no longer than the call's own time less what a produce takes now.
+
+        Raises:
+            OverloadedError: no room came in time.
+        """
+        # Longer than the overload retry delay, because 64 callers arriving at once queue
+        # here for one read each, yet short enough that a stalled replica still refuses
+        # (with RetryInfo) instead of holding its callers.
+        wait_s = READ_WAIT_MAX_S
+        if time_left_s is not None:
+            needed = max(self._min_deadline_s, self.produce_time.value())
+            wait_s = max(0.0, min(wait_s, time_left_s - needed))
+        return self.reads.reading(gateway, wait_s)
+
+    @property
+    def reading_bytes(self) -> int:
+        """Bytes reserved by bodies being read."""
+        return self.reads.reserved
 
     def _process_full(self) -> OverloadedError:
         return OverloadedError(

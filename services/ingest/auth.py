@@ -21,6 +21,8 @@ Tokens file format (YAML)::
         # Optional overrides of the per-gateway limits (docs/operations.md, "Ingest overload"):
         rate_bytes_per_second: 8388608   # HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND
         max_inflight_bytes: 4194304      # HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES
+        max_concurrent_rpcs: 128         # HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS
+        max_streams: 8                   # HEADWATER_INGEST_GATEWAY_MAX_STREAMS
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Gateway:
     #: Per-gateway limits from the tokens file; None: the process defaults apply, 0: none.
     rate_bytes_per_second: int | None = None
     max_inflight_bytes: int | None = None
+    max_concurrent_rpcs: int | None = None
+    max_streams: int | None = None
 
     def may_speak_for(self, device_id: str) -> bool:
         """Return True if this gateway is bound to ``device_id``."""
@@ -97,6 +101,8 @@ def parse_tokens(text: str) -> dict[str, Gateway]:
             revoked=bool(entry.get("revoked", False)),
             rate_bytes_per_second=_limit(entry, i, "rate_bytes_per_second"),
             max_inflight_bytes=_limit(entry, i, "max_inflight_bytes"),
+            max_concurrent_rpcs=_limit(entry, i, "max_concurrent_rpcs"),
+            max_streams=_limit(entry, i, "max_streams"),
         )
         if gw.gateway_id in gateways:
             raise TokensFileError(f"gateways[{i}]: duplicate id {gw.gateway_id!r}")

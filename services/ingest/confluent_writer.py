@@ -5,9 +5,9 @@ pure-Python record path was ~45% of the server's CPU for batches, and capped bat
 at 69-75% of a raw aiokafka producer; with librdkafka the same runs reached 109-138%
 (docs/benchmarks.md). librdkafka builds and sends batches in C threads; delivery reports
 are served by one poll thread and handed to the event loop in bulk (one
-``call_soon_threadsafe`` per poll, not per record). Errors are translated to aiokafka's
-error classes so the servicer's one error mapping (``status.from_kafka_error``) applies
-to both writers unchanged.
+``call_soon_threadsafe`` per poll, not per record). librdkafka's errors become the
+service's neutral ``ProduceError`` kinds here (:func:`produce_error`), so the one mapping
+to gRPC (``status.from_produce_error``) knows no Kafka client.
 
 A fatal error (librdkafka's ``error_cb`` with ``KafkaError.fatal()``, e.g. the idempotent
 producer lost its sequence) leaves the producer unusable: every later produce fails. The
@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aiokafka import errors as kafka_errors
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from headwater.ingest.produce_errors import Kind, ProduceError
 from headwater.ingest.producer import Headers
 from headwater.kafka.diagnose import explain
 from headwater.kafka.settings import KafkaSettings
@@ -41,23 +41,48 @@ class Delivered(NamedTuple):
     offset: int
 
 
-def _exception(err: KafkaError) -> Exception:
-    code = err.code()
-    if code in (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
-        return kafka_errors.KafkaTimeoutError(err.str())
-    if code == KafkaError.MSG_SIZE_TOO_LARGE:
-        return kafka_errors.MessageSizeTooLargeError(err.str())
-    # _FATAL: the producer is being replaced (a new instance); a resend will be written.
-    if code in (
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._QUEUE_FULL,
-        KafkaError._FATAL,
-    ):
-        return kafka_errors.KafkaConnectionError(err.str())
-    if code > 0:  # a broker error code: the Kafka protocol's numbering, as aiokafka's
-        return kafka_errors.for_code(code)(err.str())
-    return kafka_errors.KafkaError(err.str())
+_TIMEOUTS = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+_AUTH = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+}
+#: Local conditions that pass: a broker down, the queue full, the producer being replaced
+#: (_FATAL: a new instance writes the resend), records purged at a replacement.
+_RETRIABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._QUEUE_FULL,
+    KafkaError._FATAL,
+    KafkaError._PURGE_QUEUE,
+    KafkaError._PURGE_INFLIGHT,
+    # Broker errors the Kafka protocol marks retriable (leadership moves, ISR shrinks).
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.KAFKA_STORAGE_ERROR,
+}
+
+
+def produce_error(err: KafkaError) -> ProduceError:
+    """Map a librdkafka error (a delivery report's or produce()'s) to a neutral ProduceError."""
+    code, name, text = err.code(), err.name(), err.str()
+    if code in _TIMEOUTS:
+        return ProduceError(Kind.TIMEOUT, text, name)
+    if code in _TOO_LARGE:
+        return ProduceError(Kind.TOO_LARGE, text, name)
+    if code in _AUTH:
+        return ProduceError(Kind.AUTH, text, name)
+    if code in _RETRIABLE or err.retriable():
+        return ProduceError(Kind.RETRIABLE, text, name)
+    return ProduceError(Kind.OTHER, text, name)
 
 
 class ConfluentWriter:
@@ -83,6 +108,9 @@ class ConfluentWriter:
         #: The first client error that names a setting (login, TLS), for start()'s error.
         self._explained: str | None = None
         self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
+        #: Every record's future until it is resolved: stop() fails those the producer
+        #: never reported, so the bytes admission counts for them are always given back.
+        self._unresolved: set[asyncio.Future[Delivered]] = set()
         #: Called on the event loop with the reason after a fatal producer error.
         self.on_fatal: Callable[[str], None] | None = None
 
@@ -120,7 +148,7 @@ class ConfluentWriter:
             # A refused login or an untrusted certificate reaches only error_cb: serve it,
             # so the error names the setting to fix instead of "transport failure".
             producer.poll(0)
-            raise kafka_errors.KafkaConnectionError(self._explained or str(exc)) from exc
+            raise ProduceError(Kind.RETRIABLE, self._explained or str(exc), "_TRANSPORT") from exc
         self._producer, self._loop, self._unconnected = producer, loop, None
         self._stopping.clear()
         self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
@@ -168,8 +196,10 @@ class ConfluentWriter:
         """Queue one record; the future resolves with its partition and offset."""
         producer = self._producer
         if producer is None or self._loop is None:
-            raise kafka_errors.KafkaConnectionError("the producer is not started")
+            raise ProduceError(Kind.RETRIABLE, "the producer is not started", "NOT_STARTED")
         future: asyncio.Future[Delivered] = self._loop.create_future()
+        self._unresolved.add(future)
+        future.add_done_callback(self._unresolved.discard)
 
         def delivered(err: Any, msg: Any) -> None:
             self._acks.append((future, err, msg))
@@ -181,7 +211,8 @@ class ConfluentWriter:
             except BufferError:  # librdkafka's queue is full: wait for acks to drain it
                 await asyncio.sleep(0.005)
             except KafkaException as exc:  # e.g. _FATAL: mapped as delivery errors are
-                raise _exception(exc.args[0]) from exc
+                future.cancel()
+                raise produce_error(exc.args[0]) from exc
         return future
 
     async def stop(self, timeout_s: float) -> None:
@@ -201,8 +232,25 @@ class ConfluentWriter:
                 "answered OK, so gateways will resend them",
                 extra={"timeout_s": timeout_s, "unflushed": left},
             )
+        if left:
+            # Drop what is left (a fatal error's replacement flushes for 1 s only) so no
+            # delivery report arrives after this writer is gone.
+            producer.purge()
+            producer.poll(0)
         acks, self._acks = self._acks, []
         _resolve(acks)
+        # Whatever librdkafka never reported (purged without a report, or lost with a dead
+        # instance) fails retriable: its bytes are released and the gateway resends.
+        for future in list(self._unresolved):
+            if not future.done():
+                future.set_exception(
+                    ProduceError(
+                        Kind.RETRIABLE,
+                        "the producer stopped before this record was acknowledged; resend it",
+                        "_PURGE_QUEUE",
+                    )
+                )
+        self._unresolved.clear()
 
 
 def _resolve(acks: list[tuple[asyncio.Future[Delivered], Any, Any]]) -> None:
@@ -210,6 +258,6 @@ def _resolve(acks: list[tuple[asyncio.Future[Delivered], Any, Any]]) -> None:
         if future.done():
             continue
         if err is not None:
-            future.set_exception(_exception(err))
+            future.set_exception(produce_error(err))
         else:
             future.set_result(Delivered(msg.topic(), msg.partition(), msg.offset()))

@@ -2,19 +2,24 @@
 
 Behind the small ``RecordWriter`` interface so the produce path could move to another
 client without touching the servicer. Every await that can touch the network is bounded:
-aiokafka waits forever on a dead broker otherwise.
+aiokafka waits forever on a dead broker otherwise. Each writer reports failures as the
+service's neutral ``ProduceError`` (``produce_errors.py``); this one maps aiokafka's
+exception classes in :func:`produce_error`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 from aiokafka.structs import RecordMetadata
 
+from headwater.ingest.produce_errors import Kind, ProduceError
 from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -93,8 +98,14 @@ class AiokafkaWriter:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the future resolves with its partition and offset."""
         if self._producer is None:
-            raise RuntimeError("writer not started")
-        return await self._producer.send(topic, value, key=key, headers=list(headers))
+            raise ProduceError(Kind.RETRIABLE, "the producer is not started", "NOT_STARTED")
+        try:
+            sent = await self._producer.send(topic, value, key=key, headers=list(headers))
+        except kafka_errors.KafkaError as exc:
+            raise produce_error(exc) from exc
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        sent.add_done_callback(functools.partial(_settle, future))
+        return future
 
     async def stop(self, timeout_s: float) -> None:
         """Flush pending records for at most ``timeout_s``, then close (idempotent)."""
@@ -110,6 +121,42 @@ class AiokafkaWriter:
                 extra={"timeout_s": timeout_s},
             )
         await _close_quietly(producer)
+
+
+_TOO_LARGE = (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)
+_AUTH = (
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.ClusterAuthorizationFailedError,
+    kafka_errors.TransactionalIdAuthorizationFailed,
+)
+
+
+def produce_error(exc: BaseException) -> ProduceError:
+    """Map an aiokafka exception to a neutral ProduceError."""
+    name = type(exc).__name__
+    if isinstance(exc, kafka_errors.KafkaTimeoutError):
+        return ProduceError(Kind.TIMEOUT, str(exc), name)
+    if isinstance(exc, _TOO_LARGE):
+        return ProduceError(Kind.TOO_LARGE, str(exc), name)
+    if isinstance(exc, _AUTH):
+        return ProduceError(Kind.AUTH, str(exc), name)
+    if isinstance(exc, kafka_errors.KafkaConnectionError | ConnectionError):
+        return ProduceError(Kind.RETRIABLE, str(exc), name)
+    if isinstance(exc, kafka_errors.KafkaError) and (exc.retriable or exc.invalid_metadata):
+        return ProduceError(Kind.RETRIABLE, str(exc), name)
+    return ProduceError(Kind.OTHER, str(exc), name)
+
+
+def _settle(future: asyncio.Future[RecordMetadata], sent: asyncio.Future[RecordMetadata]) -> None:
+    """Copy aiokafka's outcome to the servicer's future, its error as a ProduceError."""
+    if future.done():
+        return
+    if sent.cancelled():
+        future.set_exception(ProduceError(Kind.RETRIABLE, "the record was cancelled", "Cancelled"))
+    elif (exc := sent.exception()) is not None:
+        future.set_exception(exc if isinstance(exc, ProduceError) else produce_error(exc))
+    else:
+        future.set_result(sent.result())
 
 
 async def _close_quietly(producer: AIOKafkaProducer) -> None:

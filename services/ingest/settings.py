@@ -73,6 +73,13 @@ class IngestSettings:
     #: is always admitted (subject to the process bound), so one request of any allowed
     #: size passes.
     gateway_max_inflight_bytes: int = 2 * 1024 * 1024
+    #: Per-gateway publish calls at once and open streams; 0 turns a limit off. One gateway
+    #: must not take every slot of a replica (issue 23): the gateway library uses one
+    #: stream per endpoint (two), or a handful of batch calls; 8 streams leave room for
+    #: reconnects overlapping old streams, 128 calls for a fleet of simple one-call clients
+    #: behind one token.
+    gateway_max_concurrent_rpcs: int = 128
+    gateway_max_streams: int = 8
     overload_retry_delay_ms: int = 250
     produce_timeout_seconds: float = 10.0
     drain_grace_seconds: float = 20.0
@@ -142,6 +149,14 @@ class IngestSettings:
             ),
             gateway_max_inflight_bytes=env_int(
                 env, "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES", cls.gateway_max_inflight_bytes
+            ),
+            gateway_max_concurrent_rpcs=env_int(
+                env,
+                "HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS",
+                cls.gateway_max_concurrent_rpcs,
+            ),
+            gateway_max_streams=env_int(
+                env, "HEADWATER_INGEST_GATEWAY_MAX_STREAMS", cls.gateway_max_streams
             ),
             overload_retry_delay_ms=env_int(env, "HEADWATER_INGEST_OVERLOAD_RETRY_DELAY_MS", 250),
             produce_timeout_seconds=env_float(

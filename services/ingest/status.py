@@ -1,7 +1,8 @@
 """The one place where errors become gRPC statuses and per-message results.
 
-Kafka client errors map to IngestErrors (retriable broker errors -> UNAVAILABLE, timeouts
--> DEADLINE_EXCEEDED, too large -> INVALID_ARGUMENT, authorization -> PERMISSION_DENIED);
+Produce errors (``produce_errors.ProduceError``, whatever client raised them) map to
+IngestErrors by kind (retriable -> UNAVAILABLE, timeout -> DEADLINE_EXCEEDED, too large ->
+INVALID_ARGUMENT, auth -> PERMISSION_DENIED, other -> INTERNAL);
 IngestErrors map to ``google.rpc.Status`` with ErrorInfo, RetryInfo, BadRequest and
 QuotaFailure details.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from aiokafka import errors as kafka_errors
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -24,56 +24,49 @@ from headwater.ingest.errors import (
     OverloadedError,
     RecordTooLargeError,
 )
+from headwater.ingest.produce_errors import Kind, ProduceError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 ERROR_DOMAIN = "ingest.headwater.dev"
 #: How long a gateway should wait before retrying after a broker problem.
 BROKER_RETRY_DELAY_S = 1.0
 
-_TOO_LARGE = (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)
-_AUTHZ = (
-    kafka_errors.TopicAuthorizationFailedError,
-    kafka_errors.ClusterAuthorizationFailedError,
-    kafka_errors.TransactionalIdAuthorizationFailed,
-)
 
-
-def from_kafka_error(exc: BaseException) -> IngestError:
-    """Translate an error raised while producing into an IngestError."""
+def from_produce_error(exc: BaseException) -> IngestError:
+    """Translate an error raised while producing (a ProduceError, a timeout) into an IngestError."""
     if isinstance(exc, IngestError):
         return exc
-    name = type(exc).__name__
-    if isinstance(exc, kafka_errors.KafkaTimeoutError | asyncio.TimeoutError | TimeoutError):
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        exc = ProduceError(Kind.TIMEOUT, "deadline reached", type(exc).__name__)
+    if not isinstance(exc, ProduceError):
+        name = type(exc).__name__
+        return IngestError(f"unexpected error while producing: {name}: {exc}", kafka_error=name)
+    name = exc.client_error
+    if exc.kind is Kind.TIMEOUT:
         return BrokerTimeoutError(
             "no broker acknowledgement within the deadline; the message may or may not be "
             "stored, resend it with the same message_id",
             retry_delay_s=BROKER_RETRY_DELAY_S,
             kafka_error=name,
         )
-    if isinstance(exc, _TOO_LARGE):
+    if exc.kind is Kind.TOO_LARGE:
         return RecordTooLargeError(
             f"the broker refused the record as too large ({name}); shrink the payload",
             kafka_error=name,
         )
-    if isinstance(exc, _AUTHZ):
+    if exc.kind is Kind.AUTH:
         return BrokerAuthorizationError(
             f"the ingest service may not write this topic ({name}); an operator must grant "
             "it write access",
             kafka_error=name,
         )
-    if isinstance(exc, kafka_errors.KafkaError) and (exc.retriable or exc.invalid_metadata):
+    if exc.kind is Kind.RETRIABLE:
         return BrokerUnavailableError(
-            f"Kafka is unavailable ({name}); retry later",
+            f"Kafka is unavailable ({name}: {exc.message}); retry later",
             retry_delay_s=BROKER_RETRY_DELAY_S,
             kafka_error=name,
         )
-    if isinstance(exc, kafka_errors.KafkaConnectionError | ConnectionError):
-        return BrokerUnavailableError(
-            f"cannot reach Kafka ({name}); retry later",
-            retry_delay_s=BROKER_RETRY_DELAY_S,
-            kafka_error=name,
-        )
-    return IngestError(f"unexpected error while producing: {name}: {exc}", kafka_error=name)
+    return IngestError(f"unexpected error while producing: {name}: {exc.message}", kafka_error=name)
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:

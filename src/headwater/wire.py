@@ -18,7 +18,15 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
 class WireFormatError(ValueError):
-    """The bytes are not a well-formed protobuf message."""
+    """The bytes are not a well-formed protobuf message (``field``: the one at fault)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+#: The largest value of a uint64 field: a varint may carry up to 70 bits on the wire.
+_UINT64_MAX = (1 << 64) - 1
 
 
 @dataclass
@@ -29,6 +37,8 @@ class RawFrame:
     frame_id: int = 0
     size: int = 0
     error: str = ""
+    #: The field the error is about, when it is one field (e.g. ``frame_id``).
+    error_field: str = ""
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -59,6 +69,10 @@ def split_frame(data: bytes, messages_field: int, frame_id_field: int = 0) -> Ra
             if wire_type == _VARINT:
                 value, pos = _varint(data, pos)
                 if number == frame_id_field:
+                    # Refused here, before any message is written: an answer echoing it
+                    # could not be built, so the frame would never be answered.
+                    if value > _UINT64_MAX:
+                        raise WireFormatError("frame_id is longer than 64 bits", "frame_id")
                     frame.frame_id = value
             elif wire_type == _LEN:
                 length, pos = _varint(data, pos)
@@ -77,6 +91,7 @@ def split_frame(data: bytes, messages_field: int, frame_id_field: int = 0) -> Ra
                 raise WireFormatError("field runs past the end")
     except WireFormatError as exc:
         frame.error = f"malformed request: {exc}"
+        frame.error_field = exc.field
         frame.messages.clear()
     return frame
 

@@ -6,12 +6,8 @@ import dataclasses
 
 import grpc
 import pytest
-from aiokafka import errors as kafka_errors
-from google.rpc import error_details_pb2
 
 from headwater.devstack.broker import free_port
-from headwater.ingest import status
-from headwater.ingest.errors import BrokerTimeoutError, OverloadedError
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.env import SettingError
@@ -146,42 +142,6 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
 
 
 @pytest.mark.parametrize(
-    ("exc", "code", "retriable"),
-    [
-        (kafka_errors.KafkaTimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, True),
-        (kafka_errors.RequestTimedOutError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.NotLeaderForPartitionError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.KafkaConnectionError(), grpc.StatusCode.UNAVAILABLE, True),
-        (kafka_errors.MessageSizeTooLargeError(), grpc.StatusCode.INVALID_ARGUMENT, False),
-        (kafka_errors.TopicAuthorizationFailedError(), grpc.StatusCode.PERMISSION_DENIED, False),
-        (kafka_errors.UnknownError(), grpc.StatusCode.INTERNAL, False),
-        (TimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, True),
-    ],
-)
-def test_kafka_errors_map_to_grpc_codes_in_one_place(exc, code, retriable):
-    err = status.from_kafka_error(exc)
-    assert (err.code, err.retriable) == (code, retriable)
-    assert err.kafka_error == type(exc).__name__
-    rpc = status.to_rpc_status(err)
-    assert rpc.code == code
-    result = status.error_result("m1", err)
-    assert result.code == code.value[0]
-    assert result.error.kafka_error == type(exc).__name__
-
-
-def test_status_carries_error_info_with_the_kafka_error_name():
-    rpc = status.to_rpc_status(status.from_kafka_error(kafka_errors.KafkaTimeoutError()))
-    info = error_details_pb2.ErrorInfo()
-    from google.rpc import status_pb2
-
-    st = status_pb2.Status.FromString(dict(rpc.trailing_metadata)["grpc-status-details-bin"])
-    st.details[0].Unpack(info)
-    assert info.reason == BrokerTimeoutError.reason
-    assert info.metadata["kafka_error"] == "KafkaTimeoutError"
-    assert OverloadedError.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({}, "no gateway authentication configured"),
@@ -220,3 +180,33 @@ def test_status_carries_error_info_with_the_kafka_error_name():
 def test_bad_settings_are_refused_with_a_clear_message(env, message):
     with pytest.raises(SettingError, match=message):
         IngestSettings.from_env(env)
+
+
+async def test_a_frame_id_longer_than_64_bits_is_refused_before_anything_is_written(ingest):
+    """Issue 22: the answer echoing such an id cannot be built, so it must not be written."""
+    from headwater import wire
+
+    kept = device_message("acme-frame-id")
+    too_long = wire.varint_field(1, 1 << 64) + wire.length_field(2, kept.SerializeToString())
+    fine = wire.varint_field(1, (1 << 64) - 1) + wire.length_field(
+        2, device_message("acme-frame-id").SerializeToString()
+    )
+    assert wire.stream_deserializer(too_long).error_field == "frame_id"
+    call = ingest.channel.stream_stream(
+        "/headwater.ingest.v1.IngestService/StreamTelemetry",
+        request_serializer=lambda b: b,
+        response_deserializer=api.StreamTelemetryResponse.FromString,
+    )(metadata=bearer(), timeout=20)
+    await call.write(too_long)
+    refused = await call.read()
+    assert refused.frame_id == 0
+    (result,) = refused.results  # one error for the frame; its message was not written
+    assert result.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert result.message_id != kept.message_id
+    assert [v.field for v in result.error.field_violations] == ["frame_id"]
+    # The stream goes on: the largest 64-bit id is answered and written.
+    await call.write(fine)
+    answer = await call.read()
+    assert answer.frame_id == (1 << 64) - 1
+    assert [r.code for r in answer.results] == [0]
+    await call.done_writing()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from confluent_kafka import KafkaError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater import record_headers as rh
@@ -307,3 +308,25 @@ async def test_call_and_stream_limits_refuse_while_health_answers(
     stream.cancel()
     acked |= await until_ok(running)
     assert_in_kafka(broker.bootstrap, acked)
+
+
+async def test_a_fatal_producer_error_releases_the_bytes_of_every_unacknowledged_record(
+    broker, ingest_settings, start_ingest
+):
+    """Issue 22: the replacement flushes for 1 s only; what is left must not leak budget."""
+    running = await start_ingest(on(broker, ingest_settings))
+    admission = running.server._servicer._admission
+    writer = running.server.writer
+    broker.proxy.stall()
+    await held_call(running, [device_message(payload=b"x" * 4000) for _ in range(10)])
+    assert admission.in_use > 0
+    assert admission.quotas.inflight_by_gateway()["gw-a"] > 0
+    fatal = KafkaError(KafkaError._FATAL, "injected: idempotent producer fatal error", fatal=True)
+    await asyncio.to_thread(writer.error_callback, fatal)  # from the poll thread, as librdkafka
+    # The dead producer is stopped (1 s flush) while the broker is still stalled: every
+    # record it held fails retriable and gives its bytes back.
+    await wait_for(lambda: admission.in_use == 0, within_s=15)
+    assert admission.quotas.inflight_by_gateway()["gw-a"] == 0
+    broker.proxy.heal()
+    await running.server.ready(within_s=RECOVER_WITHIN_S)  # the replacement producer
+    assert_in_kafka(broker.bootstrap, await until_ok(running))

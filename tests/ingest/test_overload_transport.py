@@ -110,7 +110,7 @@ async def test_a_full_process_refuses_before_reading_the_body(
     assert_refused(
         err.value, "max_inflight_bytes", "ingest-process", "HEADWATER_INGEST_MAX_INFLIGHT_BYTES"
     )
-    assert admission.reading == 0, "a refused call was counted as reading"
+    assert admission.reading_bytes == 0, "a refused call was counted as reading"
     # The same garbage once there is room: read, and refused for what it is.
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call(b"\xff" * 50_000, metadata=bearer(), timeout=10)

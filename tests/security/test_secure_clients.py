@@ -272,15 +272,14 @@ def test_wrong_password_names_the_setting(secure_kafka, env_of, capsys):
 
 @pytest.mark.parametrize("listener", LISTENERS)
 async def test_wrong_ca_names_the_setting(secure_kafka, listener):
-    from aiokafka.errors import KafkaConnectionError
-
     from headwater.ingest.confluent_writer import ConfluentWriter
+    from headwater.ingest.produce_errors import ProduceError
 
     settings = secure_kafka.settings(
         listener, HEADWATER_KAFKA_SSL_CA_LOCATION=str(secure_kafka.other_ca)
     )
     writer = ConfluentWriter(settings, 3.0)
-    with pytest.raises(KafkaConnectionError, match="HEADWATER_KAFKA_SSL_CA_LOCATION"):
+    with pytest.raises(ProduceError, match="HEADWATER_KAFKA_SSL_CA_LOCATION"):
         await writer.start()
     await writer.stop(1)
 

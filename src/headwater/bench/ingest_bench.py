@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from headwater import record_headers as rh
-from headwater.bench import loadgen, server_proc
+from headwater.bench import gateway_overload, loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record
 from headwater.bench.report import Row, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
@@ -274,6 +274,9 @@ class _Run:
                 await self._overload_window(batches, capacity, factor, cpu_per_call_ms * 1000)
             )
         neighbour = await self._noisy_neighbour(batches[0], capacity)
+        gateways = [
+            await self._gateway_window(capacity, factor, size) for factor in OVERLOAD_FACTORS
+        ]
         return {
             "payload": size,
             "seconds": o.overload_seconds,
@@ -282,6 +285,40 @@ class _Run:
             "server_cpu_ms_per_ok_call": round(cpu_per_call_ms * 1000, 2),
             "windows": windows,
             "neighbour": neighbour,
+            "gateway_windows": gateways,
+        }
+
+    async def _gateway_window(self, capacity: float, factor: float, size: int) -> dict[str, Any]:
+        """``factor`` x capacity offered through gateway-library clients (gateway_overload.py)."""
+        await asyncio.sleep(2.0)  # let the previous window's memory settle
+        before = server_proc.status_mb(self.pid, "VmRSS")
+        peak = before
+        done = asyncio.Event()
+
+        async def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, server_proc.status_mb(self.pid, "VmRSS"))
+                await asyncio.sleep(0.2)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            figures = await asyncio.to_thread(
+                gateway_overload.run_window,
+                self.target,
+                factor * capacity,
+                self.opts.overload_seconds,
+                size,
+            )
+        finally:
+            done.set()
+            await sampler
+        return {
+            "factor": factor,
+            **figures,
+            "goodput_vs_capacity": round(figures["goodput_msgs_per_s"] / capacity, 3),
+            "rss_before_mb": before,
+            "rss_growth_mb": round(peak - before, 1),
         }
 
     async def _overload_window(

@@ -1,0 +1,351 @@
+"""The frame write path: admit a request, produce its messages in order, build the results.
+
+One request (a publish call's body or one stream frame) goes through four steps:
+
+1. admit: its bytes are booked against the process bound and the gateway's share
+   (``admission.py``) before it is parsed;
+2. produce: every valid message becomes one record, issued when the gateway's turn comes
+   (``ordering.py``), so a device's records reach the producer in arrival order;
+3. results: one per message, from the broker's acks (or the error that kept it out);
+4. release: the bytes are given back once the producer is done with every record,
+   acknowledged or failed, even after the call has answered.
+
+The RPC shapes (publish, stream) live in ``servicer.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+from opentelemetry import propagate
+from opentelemetry.trace import SpanKind, Tracer
+
+from headwater import record_headers as rh
+from headwater import wire
+from headwater.endpoints import Endpoint
+from headwater.ingest.admission import Admission, Ticket
+from headwater.ingest.auth import Gateway, check_device
+from headwater.ingest.errors import (
+    BrokerTimeoutError,
+    BrokerUnavailableError,
+    IngestError,
+    InvalidMessageError,
+)
+from headwater.ingest.metrics import IngestMetrics
+from headwater.ingest.ordering import Place
+from headwater.ingest.producer import RecordWriter
+from headwater.ingest.settings import IngestSettings
+from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_produce_error
+from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.runtime.conventions import messaging_attributes, record_position_attributes
+
+#: Messages parsed and queued per event-loop step (see ``FrameWriter._produce_all``).
+YIELD_EVERY = 16
+#: Requests parsed and queued at once, over all gateways (see ``FrameWriter.__init__``).
+CPU_LANES = 2
+
+
+class FrameWriter:
+    """Writes requests' messages to Kafka over one RecordWriter; one result per message."""
+
+    def __init__(
+        self,
+        settings: IngestSettings,
+        writer: RecordWriter,
+        admission: Admission,
+        tracer: Tracer,
+        metrics: IngestMetrics,
+    ) -> None:
+        self._settings = settings
+        self._writer = writer
+        self._admission = admission
+        self._tracer = tracer
+        self._metrics = metrics
+        self._validator = DeviceMessageValidator(settings.max_payload_bytes)
+        self._min_batch = batch_size_limits()[0]
+        #: Requests between admission and their last ack wait (for the in-flight gauge).
+        self.inflight_requests = 0
+        # Parsing and queueing a request is the CPU-heavy part of a call. One event loop
+        # runs it all, so more of them at once only interleave; and each one ready to run
+        # lengthens every loop iteration, while grpc.aio starts one new call per
+        # iteration. Few at a time keeps iterations short, so new calls are started (and
+        # refused, if need be) as fast as they arrive instead of queueing inside gRPC.
+        # A lane is taken only once the gateway's turn has come (see ``_produce_all``).
+        self._cpu_lanes = asyncio.Semaphore(CPU_LANES)
+
+    async def write(
+        self,
+        ep: Endpoint,
+        data: bytes,
+        split: Callable[[bytes], wire.RawFrame],
+        gateway: Gateway,
+        time_left: float | None,
+        place: Place,
+    ) -> tuple[wire.RawFrame, list[api.MessageResult]]:
+        """Admit a request, then write every valid message of it in ``place``'s turn.
+
+        Args:
+            ep: the endpoint (topic) written.
+            data: the request's bytes as received.
+            split: the endpoint's deserializer (publish or stream framing).
+            gateway: the authenticated caller.
+            time_left: seconds the request has for its work; None: no deadline.
+            place: the request's place in its gateway's issue order, taken on arrival;
+                handed on whatever happens here.
+
+        Returns:
+            The parsed frame and one result per message.
+
+        Raises:
+            IngestError: the request was refused as a whole (admission, framing, or the
+                broker kept every message out).
+        """
+        try:
+            self._admission.check_deadline(time_left)
+            ticket = self._admission.admit(gateway, len(data))
+        except BaseException:
+            place.leave()
+            raise
+        unacked: list[asyncio.Future] = []
+        try:
+            frame = split(data)
+            self._check_frame(frame)
+            budget_s = self._settings.produce_timeout_seconds
+            if time_left is not None:
+                budget_s = max(0.0, min(budget_s, time_left))
+            deadline = asyncio.get_running_loop().time() + budget_s
+            self.inflight_requests += 1
+            try:
+                results = await self._produce_all(ep, frame, gateway, deadline, unacked, place)
+            finally:
+                self.inflight_requests -= 1
+        finally:
+            place.leave()
+            _release_when_acked(ticket, unacked)
+        self._record_messages(ep, frame, results)
+        _raise_if_nothing_written(results)
+        return frame, results
+
+    def _check_frame(self, frame: wire.RawFrame) -> None:
+        if frame.error:
+            raise InvalidMessageError(
+                frame.error,
+                reason="MALFORMED_REQUEST",
+                field_violations=[(frame.error_field, frame.error)] if frame.error_field else (),
+            )
+        count, limit = len(frame.messages), self._settings.max_batch_messages
+        if count < self._min_batch or count > limit:
+            raise InvalidMessageError(
+                f"a request carries 1 to {limit} messages; this one has {count}",
+                reason="BATCH_SIZE_OUT_OF_RANGE",
+                field_violations=[("messages", f"must have 1 to {limit} entries")],
+            )
+
+    async def _produce_all(
+        self,
+        ep: Endpoint,
+        frame: wire.RawFrame,
+        gateway: Gateway,
+        deadline: float,
+        unacked: list[asyncio.Future],
+        place: Place,
+    ) -> list[api.MessageResult]:
+        """Produce a frame's valid messages in its turn; wait for their acks until ``deadline``.
+
+        ``unacked`` receives the records still in the producer's queue at the deadline:
+        their bytes stay counted until the producer is done with them.
+        """
+        loop = asyncio.get_running_loop()
+        results: list[api.MessageResult | None] = [None] * len(frame.messages)
+        pending: list[tuple[int, str, asyncio.Future]] = []
+        last_key = ""  # the device id of the last record queued, for the span
+        produce_started = time.perf_counter()
+        with self._tracer.start_as_current_span(
+            f"send {ep.topic}",
+            kind=SpanKind.PRODUCER,
+            attributes=messaging_attributes("send", ep.topic, batch_size=len(frame.messages)),
+        ) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            common = [
+                (rh.GATEWAY_ID, gateway.gateway_id.encode()),
+                (rh.TENANT, gateway.tenant.encode()),
+                (rh.RECEIVED_AT_MS, str(int(time.time() * 1000)).encode()),
+                (rh.ENDPOINT, ep.name.encode()),
+                *((k, v.encode()) for k, v in carrier.items()),
+            ]
+            try:
+                # One deadline for the whole frame, the wait for its turn included: the
+                # broker may block send() itself. The turn comes before the CPU lane, so a
+                # request waiting for an earlier one of its gateway holds no lane.
+                async with asyncio.timeout_at(deadline), place.turn(), self._cpu_lanes:
+                    for i, raw in enumerate(frame.messages):
+                        if i % YIELD_EVERY == YIELD_EVERY - 1:
+                            # Give the loop back: gRPC starts (and admission refuses) new
+                            # calls only between steps, one per loop iteration, so one
+                            # long step per request would queue new calls inside gRPC.
+                            # Safe for order: the turn is held across the yield.
+                            await asyncio.sleep(0)
+                        msg, rejection = self._check_message(raw, gateway)
+                        if rejection is not None:
+                            results[i] = rejection
+                            continue
+                        headers = [
+                            (rh.MESSAGE_ID, msg.message_id.encode()),
+                            (rh.CONTENT_TYPE, msg.content_type.encode()),
+                            *common,
+                        ]
+                        future = await self._writer.send(
+                            ep.topic, msg.device_id.encode(), raw, headers
+                        )
+                        pending.append((i, msg.message_id, future))
+                        last_key = msg.device_id
+            except Exception as exc:  # every failure, the deadline included, becomes a result
+                broker_error = from_produce_error(exc)
+                queued = {i for i, _, _ in pending}
+                for i, raw in enumerate(frame.messages):
+                    if results[i] is None and i not in queued:
+                        results[i] = error_result(message_id_of(raw), broker_error)
+            if pending:
+                await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
+            for i, message_id, future in pending:
+                results[i] = _ack_result(message_id, future)
+                if not future.done():
+                    unacked.append(future)
+            if len(frame.messages) == 1 and pending and results[0] is not None:
+                # One record: its key and where it landed, by the messaging conventions.
+                span.set_attribute("messaging.kafka.message.key", last_key)
+                if results[0].code == 0:
+                    span.set_attributes(
+                        record_position_attributes(results[0].partition, results[0].offset)
+                    )
+        produce_s = time.perf_counter() - produce_started
+        self._metrics.produce_duration.record(produce_s, {"topic": ep.topic})
+        if pending and all(r is not None and r.code == 0 for r in results):
+            # Only writes that all succeeded teach the deadline check how long one takes
+            # now: timeouts during a broker stall must not make it refuse every call.
+            self._admission.produce_time.record(produce_s)
+        return [r for r in results if r is not None]
+
+    def _check_message(
+        self, raw: bytes, gateway: Gateway
+    ) -> tuple[device_message_pb2.DeviceMessage, api.MessageResult | None]:
+        """Parse and check one message; return it and a rejection result, if any."""
+        try:
+            msg = device_message_pb2.DeviceMessage.FromString(raw)
+        except DecodeError:
+            err = InvalidMessageError(
+                "message is not a valid headwater.device.v1.DeviceMessage",
+                reason="MALFORMED_MESSAGE",
+            )
+            return device_message_pb2.DeviceMessage(), error_result("", err)
+        violations = self._validator.violations(msg)
+        if violations:
+            only_payload = all(f == "payload" for f, _ in violations) and msg.payload
+            err = InvalidMessageError(
+                "; ".join(f"{f} {d}" for f, d in violations),
+                reason="PAYLOAD_TOO_LARGE" if only_payload else "INVALID_MESSAGE",
+                field_violations=violations,
+            )
+            return msg, error_result(msg.message_id, err)
+        try:
+            check_device(gateway, msg.device_id)
+        except IngestError as err:
+            return msg, error_result(msg.message_id, err)
+        return msg, None
+
+    def _record_messages(
+        self, ep: Endpoint, frame: wire.RawFrame, results: list[api.MessageResult]
+    ) -> None:
+        by_code: dict[int, tuple[int, int]] = {}
+        for raw, result in zip(frame.messages, results, strict=False):
+            count, size = by_code.get(result.code, (0, 0))
+            by_code[result.code] = (count + 1, size + len(raw))
+        for code, (count, size) in by_code.items():
+            attrs = {"endpoint": ep.name, "code": _CODE_NAMES[code]}
+            self._metrics.messages.add(count, attrs)
+            self._metrics.received_bytes.add(size, attrs)
+
+
+def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
+    if not future.done():
+        # Retrieve the outcome later so a late failure is not reported as never-retrieved.
+        future.add_done_callback(_swallow)
+        return error_result(
+            message_id,
+            BrokerTimeoutError(
+                "no broker acknowledgement within the deadline; the message may or may not "
+                "be stored, resend it with the same message_id",
+                retry_delay_s=BROKER_RETRY_DELAY_S,
+            ),
+        )
+    exc = future.exception()
+    if exc is not None:
+        return error_result(message_id, from_produce_error(exc))
+    md = future.result()
+    return api.MessageResult(
+        message_id=message_id, code=0, partition=md.partition, offset=md.offset
+    )
+
+
+def _release_when_acked(ticket: Ticket, unacked: list[asyncio.Future]) -> None:
+    """Release a call's bytes now, or once the producer is done with its last record."""
+    if not unacked:
+        ticket.release()
+        return
+    left = len(unacked)
+
+    def one_done(_future: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            ticket.release()
+
+    for future in unacked:
+        future.add_done_callback(one_done)
+
+
+def _swallow(future: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        future.exception()
+
+
+def _raise_if_nothing_written(results: list[api.MessageResult]) -> None:
+    """Fail the whole call when the broker (not the messages) kept every one out.
+
+    Gateways' standard retry policies then see UNAVAILABLE / DEADLINE_EXCEEDED directly.
+    """
+    if any(r.code == 0 for r in results):
+        return
+    for r in results:
+        if r.error.reason in _INFRA_REASONS:
+            raise _INFRA_REASONS[r.error.reason](
+                r.error.message,
+                reason=r.error.reason,
+                retry_delay_s=BROKER_RETRY_DELAY_S,
+                kafka_error=r.error.kafka_error,
+            )
+
+
+_INFRA_REASONS: dict[str, Callable[..., IngestError]] = {
+    BrokerUnavailableError.reason: BrokerUnavailableError,
+    BrokerTimeoutError.reason: BrokerTimeoutError,
+}
+
+
+_CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+def message_id_of(raw: bytes) -> str:
+    """The message id of a raw device message, or "" when it cannot be parsed."""
+    try:
+        return device_message_pb2.DeviceMessage.FromString(raw).message_id
+    except DecodeError:
+        return ""
