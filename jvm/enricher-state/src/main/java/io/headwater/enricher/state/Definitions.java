@@ -78,7 +78,7 @@ final class Definitions {
           continue; // e.g. a DateTime sent without its datatype: not a measurement
         }
         if (def.datatype() <= 4) {
-          value = signed((long) value, def.datatype());
+          value = signed(value, def.datatype());
         }
       }
       String canonical = "";
@@ -102,14 +102,26 @@ final class Definitions {
     return out;
   }
 
-  /** The value of a signed integer datatype from its two's complement bits (sparkplug.signed). */
-  static double signed(long value, int datatype) {
-    int bits = datatype == 1 ? 8 : datatype == 2 ? 16 : datatype == 3 ? 32 : 64;
-    if (bits == 64) {
-      return (double) value;
+  /**
+   * The value of a signed integer datatype from its two's complement bits (sparkplug.signed),
+   * applied to {@code int(value)} exactly as Python does: the reading arrives as a double, and
+   * an unsigned 64-bit pattern past 2^53 has already lost its low bits (so Int64 -9 sent without
+   * its datatype reads 0 in both operators; the hop would have to keep integers to fix that).
+   */
+  static double signed(double value, int datatype) {
+    int bits = switch (datatype) {
+      case 1 -> 8;
+      case 2 -> 16;
+      case 3 -> 32;
+      default -> 64;
+    };
+    java.math.BigInteger v = new java.math.BigDecimal(value).toBigInteger();
+    java.math.BigInteger range = java.math.BigInteger.ONE.shiftLeft(bits);
+    v = v.and(range.subtract(java.math.BigInteger.ONE));
+    if (v.testBit(bits - 1)) {
+      v = v.subtract(range);
     }
-    long v = value & ((1L << bits) - 1);
-    return (double) ((v >> (bits - 1)) != 0 ? v - (1L << bits) : v);
+    return v.doubleValue();
   }
 
   private Definitions copy() {

@@ -113,6 +113,8 @@ class SparkplugTest {
   void signedDatatypesReadTwosComplement() {
     assertEquals(-2.0, Definitions.signed(0xfffe, 2));
     assertEquals(-2.0, Definitions.signed(0xfffffffeL, 2));
-    assertEquals(254.0, Definitions.signed(254, 5 - 4 + 4)); // UInt8 (5) is not signed
+    // Python: signed(int(float(2**64 - 9)), 4) == 0 (the double rounded to 2**64).
+    assertEquals(0.0, Definitions.signed(18446744073709551607.0, 4));
+    assertEquals(-7.0, Definitions.signed(4294967289.0, 3));
   }
 }
