@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -52,6 +53,9 @@ def settings_for(
         topics=topics,
         # The embedded broker supports confluent-kafka's idempotent producer.
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
+        # The guarantee tests run against either state operator: the environment chooses,
+        # as it does for the enricher processes tests start (kafkatools.start_enricher).
+        state_operator=os.environ.get("HEADWATER_ENRICHER_STATE_OPERATOR", "python"),
     )
     return dataclasses.replace(base, **kw)
 
