@@ -65,6 +65,12 @@ def apply(decoded: DataFrame, policy: Policy) -> DataFrame:
     return out
 
 
+def floor(keyed: DataFrame, completions: str, master_topic: str) -> DataFrame:
+    """Return the benchmark's JVM floor over keyed raw rows (the operator with no work)."""
+    spark = keyed.sparkSession
+    return DataFrame(_entry(spark).floor(keyed._jdf, completions, master_topic), spark)
+
+
 def process_devices(raw: DataFrame, policy: Policy) -> DataFrame:
     """Return the output records of raw Kafka rows: key, Python hop, JVM keyed state."""
     keyed = key_columns(raw, policy.topics.master)

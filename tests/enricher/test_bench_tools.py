@@ -77,3 +77,34 @@ def test_bench_python_runs_the_processor_and_reports_per_message(
     line = capsys.readouterr().out.strip()
     # Each message is enriched (one event and one completion), plus a snapshot per device.
     assert line.startswith("50 messages of 5 devices -> 105 rows: min "), line
+
+
+def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> None:
+    from headwater.enricher.bench import check_targets
+
+    def result(query: str, devices: int, rate: int, p50: int, p99: int) -> dict[str, Any]:
+        return {
+            "query": query,
+            "devices": devices,
+            "enricher_events_per_s": rate,
+            "latency_ms_p50": p50,
+            "latency_ms_p99": p99,
+        }
+
+    lines = check_targets(
+        [
+            result("enricher", 1000, 9000, 900, 2500),
+            result("floor-jvm", 1000, 10000, 800, 1500),
+            result("floor-stateless", 1000, 16000, 400, 700),
+            result("enricher", 10000, 6000, 1200, 2900),
+        ]
+    )
+    assert (
+        "1000 devices, sustained msg/s: 9000 (>= 8000; floor-jvm 10000; floor-stateless 16000) met"
+        in lines
+    )
+    assert any(
+        line.startswith("1000 devices, p99 ms") and line.endswith("MISSED") for line in lines
+    )
+    assert "1000 devices, share of the JVM-only floor's sustained msg/s: 0.9 (>= 0.7) met" in lines
+    assert "10000 devices, p99 ms at the offered rate: 2900 (<= 3000) met" in lines
