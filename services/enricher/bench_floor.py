@@ -131,7 +131,9 @@ def _arrow_output() -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    return to_arrow_schema(StructType.fromDDL(OUTPUT))
+    output = StructType.fromDDL(OUTPUT)
+    assert isinstance(output, StructType)
+    return to_arrow_schema(output)
 
 
 def stateless_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:

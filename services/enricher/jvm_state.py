@@ -8,6 +8,8 @@ the Python sink. The policy crosses as ``key=value`` lines, so no Python object 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame, SparkSession
 
 from headwater import jvm
@@ -47,7 +49,9 @@ def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    schema = to_arrow_schema(StructType.fromDDL(HOP))
+    hop = StructType.fromDDL(HOP)
+    assert isinstance(hop, StructType)
+    schema = to_arrow_schema(hop)
     return keyed.mapInArrow(decoder(master_topic, schema), HOP)
 
 
@@ -77,7 +81,7 @@ def process_devices(raw: DataFrame, policy: Policy) -> DataFrame:
     return apply(decode(keyed, policy.topics.master), policy)
 
 
-def _entry(spark: SparkSession) -> object:
+def _entry(spark: SparkSession) -> Any:
     from py4j.java_gateway import JavaClass
 
     gateway = spark.sparkContext._jvm
