@@ -12,8 +12,15 @@ final class NormalizeException extends Exception {
     this.reason = reason;
   }
 
-  /** The class name dead letters carry: the Python operator's, so both write the same. */
+  /**
+   * The class name dead letters carry: the Python operator's ("NormalizeError") for what both
+   * operators reject, so both write the same; a name of its own for the JVM's own bounds.
+   */
   String pythonClass() {
-    return "NormalizeError";
+    return switch (reason) {
+      case "DEFINITIONS_LIMIT" -> "DefinitionsLimitError";
+      case "EVENT_TOO_LARGE" -> "EventTooLargeError";
+      default -> "NormalizeError";
+    };
   }
 }

@@ -96,6 +96,7 @@ class SparkplugTest {
     assertEquals(List.of(), events(out));
     assertEquals("EVENT_TOO_LARGE", deadLetters(out).get(0).getReason());
     assertEquals("enrich", deadLetters(out).get(0).getStage());
+    assertEquals("EventTooLargeError", deadLetters(out).get(0).getErrorClass());
   }
 
   @Test
