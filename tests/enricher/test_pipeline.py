@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +33,7 @@ from tests.enricher.kafkatools import (
     ingest,
     make_topics,
     master,
+    operator_under_test,
     outcome,
     read_all,
 )
@@ -53,9 +53,8 @@ def settings_for(
         topics=topics,
         # The embedded broker supports confluent-kafka's idempotent producer.
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
-        # The guarantee tests run against either state operator: the environment chooses,
-        # as it does for the enricher processes tests start (kafkatools.start_enricher).
-        state_operator=os.environ.get("HEADWATER_ENRICHER_STATE_OPERATOR", "python"),
+        # The guarantee tests run against either state operator (kafkatools).
+        state_operator=operator_under_test(),
     )
     return dataclasses.replace(base, **kw)
 
