@@ -12,9 +12,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from headwater.enricher import jvm_state
 from headwater.enricher.decode import key_columns
+from headwater.enricher.errors import explain_failure
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import Policy, process_devices
 from headwater.proto.events.v1 import (
@@ -25,6 +27,18 @@ from headwater.proto.events.v1 import (
     parked_message_pb2,
 )
 from tests.enricher.corpus import RAW, corpus
+from tests.enricher.kafkatools import (
+    ACME,
+    Msg,
+    TopicReader,
+    acme,
+    completions,
+    ingest,
+    make_topics,
+    master,
+    read_all,
+)
+from tests.enricher.test_pipeline import alive, running, settings_for  # noqa: F401 (fixture)
 
 T = EnricherTopics.with_prefix("d.")
 POLICY = Policy(T, 3, 1000, 10_000, 60_000)
@@ -104,3 +118,36 @@ def test_the_policy_crosses_as_lines_the_jvm_reads() -> None:
     assert "topic.event.telemetry=d.events.telemetry.v1" in lines
     assert "dedup_horizon_ms=608400000" in lines
     assert "max_attempts=3" in lines
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_checkpoint_of_the_other_operator_is_refused_at_start(
+    kafka_bootstrap: str,
+    running,  # noqa: F811 (the fixture)
+    tmp_path,
+) -> None:
+    """Switching operators on one checkpoint must stop the query, never mix state layouts."""
+    topics = make_topics(kafka_bootstrap, partitions=1)
+    master(kafka_bootstrap, topics, "dev-1")
+    ingest(kafka_bootstrap, topics, [Msg("c1", "dev-1", ACME, acme(1, 2), 1)])
+    checkpoint = str(tmp_path / "cp")
+    reader = TopicReader(kafka_bootstrap, topics.completions)
+    first = running(settings_for(kafka_bootstrap, topics, checkpoint, state_operator="python"))
+    reader.until(lambda r: len(r) >= 1, 90, alive(first))
+    reader.close()
+    first.stop()
+    ingest(kafka_bootstrap, topics, [Msg("c2", "dev-1", ACME, acme(1, 2), 2)])
+    second = running(settings_for(kafka_bootstrap, topics, checkpoint, state_operator="jvm"))
+    with pytest.raises(StreamingQueryException) as refused:
+        second.awaitTermination(120)
+    # The operator is told what happened and what to do (errors.explain_failure).
+    explained = explain_failure(str(refused.value))
+    assert explained.startswith("the checkpoint holds state in another layout"), explained
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in explained
+    assert "c2" not in {c.message_id for c in completions(reader_after(kafka_bootstrap, topics))}
+
+
+def reader_after(bootstrap: str, topics: EnricherTopics) -> list[Any]:
+    """Return every record of the completions topic."""
+    return read_all(bootstrap, topics.completions)
