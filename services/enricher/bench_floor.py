@@ -103,7 +103,7 @@ def jvm_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     return jvm_state.floor(keyed, settings.topics.completions, settings.topics.master)
 
 
-def _stateless(completions: str, master_topic: str) -> Any:
+def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
     import pyarrow as pa
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -122,12 +122,13 @@ def _stateless(completions: str, master_topic: str) -> Any:
                 for r in batch.to_pylist()
                 if r["src_topic"] != master_topic
             ]
-            yield pa.RecordBatch.from_pylist(rows, schema=_arrow_output())
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
     return run
 
 
 def _arrow_output() -> Any:
+    # On the driver: parsing DDL needs a session, which Python workers do not have.
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
@@ -139,4 +140,5 @@ def _arrow_output() -> Any:
 def stateless_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     """Return the stateless floor's records: one Python ``mapInArrow`` hop and the sink."""
     keyed = key_columns(raw, settings.topics.master)
-    return keyed.mapInArrow(_stateless(settings.topics.completions, settings.topics.master), OUTPUT)
+    run = _stateless(settings.topics.completions, settings.topics.master, _arrow_output())
+    return keyed.mapInArrow(run, OUTPUT)

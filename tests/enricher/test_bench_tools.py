@@ -108,3 +108,22 @@ def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> N
     )
     assert "1000 devices, share of the JVM-only floor's sustained msg/s: 0.9 (>= 0.7) met" in lines
     assert "10000 devices, p99 ms at the offered rate: 2900 (<= 3000) met" in lines
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("floor", ["jvm_floor_stream", "stateless_floor_stream"])
+def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, floor: str) -> None:
+    """Each floor runs on real local Spark (its Python part on workers, without a session)."""
+    from headwater.enricher import bench_floor
+    from headwater.enricher.settings import EnricherSettings, EnricherTopics
+    from tests.enricher.corpus import RAW, corpus
+
+    topics = EnricherTopics.with_prefix("f.")
+    rows = corpus(topics.ingest, topics.master)
+    ingest_rows = [r for r in rows if r[2] != topics.master]
+    raw = spark.createDataFrame(rows, RAW)
+    out = getattr(bench_floor, floor)(raw, EnricherSettings(topics=topics)).collect()
+    assert sorted(r.ref for r in out) == sorted(f"{r[2]}/{r[3]}/{r[4]}" for r in ingest_rows)
+    assert {(r.topic, r.role, r.label) for r in out} == {
+        (topics.completions, "completion", "FLOOR")
+    }
