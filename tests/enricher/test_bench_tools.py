@@ -127,3 +127,14 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, fl
     assert {(r.topic, r.role, r.label) for r in out} == {
         (topics.completions, "completion", "FLOOR")
     }
+
+
+@pytest.mark.spark
+def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
+    from headwater.enricher import bench_hop
+
+    assert bench_hop.main(["--messages", "50", "--batch", "20"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["messages"] == 50
+    assert result["cpu_us_per_message"] > 0
+    assert spark.sparkContext._jsc is not None, "the suite's session is still up"
