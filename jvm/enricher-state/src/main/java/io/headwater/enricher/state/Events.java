@@ -2,7 +2,6 @@ package io.headwater.enricher.state;
 
 import headwater.events.v1.EventOuterClass.Event;
 import headwater.events.v1.EventOuterClass.Measurement;
-import java.nio.charset.StandardCharsets;
 
 /** A normalized message + its device's master data -> its event (enrich.build_events). */
 final class Events {
@@ -53,6 +52,7 @@ final class Events {
     return ev.build();
   }
 
+  /** The UTF-8 length of {@code s}, counted without encoding it (a pair counts 2 + 2). */
   static long utf8(String s) {
     if (s == null) {
       return 0;
@@ -63,9 +63,5 @@ final class Events {
       n += c < 0x80 ? 1 : c < 0x800 ? 2 : Character.isSurrogate(c) ? 2 : 3;
     }
     return n;
-  }
-
-  static long utf8Bytes(String s) {
-    return s == null ? 0 : s.getBytes(StandardCharsets.UTF_8).length;
   }
 }
