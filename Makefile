@@ -20,14 +20,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-$(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml | $(STAMP)
+# The enricher's keyed-state operator (jvm/enricher-state) is built from source: its jar,
+# with classes generated from proto/, goes to $(JARS)/enricher-state/. Its JUnit tests run
+# here too, which also fills Maven's cache with what `mvn -o test` needs later (the suite's
+# tests/enricher/test_jvm_unit.py runs them offline).
+STATE_SOURCES := $(shell find jvm/enricher-state/src proto -name '*.java' -o -name '*.proto' 2>/dev/null)
+
+$(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/enricher-state/pom.xml $(STATE_SOURCES) | $(STAMP)
 	@command -v java >/dev/null || { echo "Java 17 is required (Apache Kafka, Spark)" >&2; exit 1; }
 	@command -v $(MVN) >/dev/null || { echo "Maven (mvn) is required to fetch the Kafka and Spark jars" >&2; exit 1; }
 	rm -rf $(JARS)
-	for pom in jvm/*/pom.xml; do \
-	  name=$$(basename $$(dirname $$pom)); \
-	  $(MVN) -q -B -ntp -f $$pom dependency:copy-dependencies -Djars.dir=$(abspath $(JARS))/$$name || exit 1; \
+	for name in kafka-broker spark-kafka; do \
+	  $(MVN) -q -B -ntp -f jvm/$$name/pom.xml dependency:copy-dependencies -Djars.dir=$(abspath $(JARS))/$$name || exit 1; \
 	done
+	$(MVN) -q -B -ntp -f jvm/enricher-state/pom.xml package -Djars.dir=$(abspath $(JARS))/enricher-state
 	touch $(JVM_STAMP)
 
 install: $(STAMP) $(JVM_STAMP) ## create .venv, install Headwater with its dev tools and the jars
@@ -67,4 +73,4 @@ constraints: | $(STAMP) ## rewrite constraints.txt from this venv's versions (af
 	$(BIN)/python scripts/constraints.py
 
 clean:
-	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info
+	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info jvm/enricher-state/target

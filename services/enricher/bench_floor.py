@@ -93,3 +93,52 @@ def floor_stream(raw: DataFrame, settings: EnricherSettings, buckets: int = 0) -
         outputMode="Append",
         timeMode="ProcessingTime",
     )
+
+
+def jvm_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
+    """Return the JVM floor's records: the JVM keyed operator with no work, no Python hop."""
+    from headwater.enricher import jvm_state
+
+    keyed = key_columns(raw, settings.topics.master)
+    return jvm_state.floor(keyed, settings.topics.completions, settings.topics.master)
+
+
+def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
+    import pyarrow as pa
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [
+                {
+                    "topic": completions,
+                    "key": r["device_key"].encode(),
+                    "value": b"",
+                    "headers": r["headers"],
+                    "role": "completion",
+                    "label": "FLOOR",
+                    "ref": f"{r['src_topic']}/{r['src_partition']}/{r['src_offset']}",
+                    "batch_ms": 0,
+                }
+                for r in batch.to_pylist()
+                if r["src_topic"] != master_topic
+            ]
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return run
+
+
+def _arrow_output() -> Any:
+    # On the driver: parsing DDL needs a session, which Python workers do not have.
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    output = StructType.fromDDL(OUTPUT)
+    assert isinstance(output, StructType)
+    return to_arrow_schema(output)
+
+
+def stateless_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
+    """Return the stateless floor's records: one Python ``mapInArrow`` hop and the sink."""
+    keyed = key_columns(raw, settings.topics.master)
+    run = _stateless(settings.topics.completions, settings.topics.master, _arrow_output())
+    return keyed.mapInArrow(run, OUTPUT)

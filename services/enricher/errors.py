@@ -70,10 +70,23 @@ class DataLossError(EnricherError):
         self.partition = partition
 
 
+#: Spark's refusals of a checkpoint whose state another operator (or layout) wrote.
+_STATE_SCHEMA = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE")
+
+
 def explain_failure(message: str) -> str:
     """Return an operator's one-paragraph account of a stopped query's error text."""
     if "Some data may have been lost" in message or "KAFKA_DATA_LOSS" in message:
         return str(DataLossError(message))
+    if any(code in message for code in _STATE_SCHEMA):
+        return (
+            "the checkpoint holds state in another layout than this state operator's (for "
+            "example the Python operator's, before HEADWATER_ENRICHER_STATE_OPERATOR=jvm became "
+            "the default): nothing was processed. Either set HEADWATER_ENRICHER_STATE_OPERATOR "
+            "to the operator that wrote the checkpoint, or start with a new checkpoint location "
+            "as docs/enricher.md 'Upgrading: the state format changed' says. Spark: "
+            + message.split("=== Streaming Query ===")[0].split("\n")[0].strip()
+        )
     # Spark appends the query's plan and a JVM stack; the first part says what happened.
     return message.split("=== Streaming Query ===")[0].split("\n\tat ")[0].strip()
 

@@ -7,6 +7,7 @@ dedupe, enrich, park, snapshot; one Python hop) -> Kafka records, written by the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -55,8 +56,15 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
 
 
 def connector_jars() -> str:
-    """Return ``spark.jars`` for Spark's Kafka connector from the local jar folder."""
-    return ",".join(str(p) for p in jvm.jars(jvm.SPARK_KAFKA))
+    """Return ``spark.jars``: Spark's Kafka connector and the JVM state operator, if built.
+
+    The operator's jar is optional here: only ``HEADWATER_ENRICHER_STATE_OPERATOR=jvm`` needs
+    it, and ``jvm_state.apply`` says how to build it when it is missing.
+    """
+    jars = [*jvm.jars(jvm.SPARK_KAFKA)]
+    with contextlib.suppress(jvm.JvmSetupError):
+        jars += jvm.jars(jvm.ENRICHER_STATE)
+    return ",".join(str(p) for p in jars)
 
 
 def register_sources(spark: SparkSession) -> None:
@@ -145,6 +153,10 @@ def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
         dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
         profile_dir=settings.profile_dir,
     )
+    if settings.state_operator == "jvm":
+        from headwater.enricher import jvm_state
+
+        return jvm_state.process_devices(raw, policy)
     return process_devices(key_columns(raw, settings.topics.master), policy)
 
 

@@ -85,3 +85,64 @@ def test_bench_python_normalize_reports_the_step_and_its_budget() -> None:
     # The whole step costs more than the normalizer alone, and the timer is part of it.
     assert figures["normalize_message"] > figures["bare"] > 0
     assert 0 < figures["timer"] < figures["normalize_message"]
+
+
+def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> None:
+    from headwater.enricher.bench import check_targets
+
+    def result(query: str, devices: int, rate: int, p50: int, p99: int) -> dict[str, Any]:
+        return {
+            "query": query,
+            "devices": devices,
+            "enricher_events_per_s": rate,
+            "latency_ms_p50": p50,
+            "latency_ms_p99": p99,
+        }
+
+    lines = check_targets(
+        [
+            result("enricher", 1000, 9000, 900, 2500),
+            result("floor-jvm", 1000, 10000, 800, 1500),
+            result("floor-stateless", 1000, 16000, 400, 700),
+            result("enricher", 10000, 6000, 1200, 2900),
+        ]
+    )
+    assert (
+        "1000 devices, sustained msg/s: 9000 (>= 8000; floor-jvm 10000; floor-stateless 16000) met"
+        in lines
+    )
+    assert any(
+        line.startswith("1000 devices, p99 ms") and line.endswith("MISSED") for line in lines
+    )
+    assert "1000 devices, share of the JVM-only floor's sustained msg/s: 0.9 (>= 0.7) met" in lines
+    assert "10000 devices, p99 ms at the offered rate: 2900 (<= 3000) met" in lines
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("floor", ["jvm_floor_stream", "stateless_floor_stream"])
+def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, floor: str) -> None:
+    """Each floor runs on real local Spark (its Python part on workers, without a session)."""
+    from headwater.enricher import bench_floor
+    from headwater.enricher.settings import EnricherSettings, EnricherTopics
+    from tests.enricher.corpus import RAW, corpus
+
+    topics = EnricherTopics.with_prefix("f.")
+    rows = corpus(topics.ingest, topics.master)
+    ingest_rows = [r for r in rows if r[2] != topics.master]
+    raw = spark.createDataFrame(rows, RAW)
+    out = getattr(bench_floor, floor)(raw, EnricherSettings(topics=topics)).collect()
+    assert sorted(r.ref for r in out) == sorted(f"{r[2]}/{r[3]}/{r[4]}" for r in ingest_rows)
+    assert {(r.topic, r.role, r.label) for r in out} == {
+        (topics.completions, "completion", "FLOOR")
+    }
+
+
+@pytest.mark.spark
+def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
+    from headwater.enricher import bench_hop
+
+    assert bench_hop.main(["--messages", "50", "--batch", "20"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["messages"] == 50
+    assert result["cpu_us_per_message"] > 0
+    assert spark.sparkContext._jsc is not None, "the suite's session is still up"

@@ -19,7 +19,7 @@ from headwater.enricher import job
 from headwater.enricher.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
-from tests.enricher.test_pipeline import alive, settings_for
+from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
     GLOBEX,

@@ -31,3 +31,17 @@ def test_a_recreated_topic_names_the_offset_the_checkpoint_expects() -> None:
 def test_other_failures_keep_their_first_part_without_plan_or_stack() -> None:
     text = "[STREAM_FAILED] boom\n=== Streaming Query ===\nplan...\n\tat org.apache.X"
     assert explain_failure(text) == "[STREAM_FAILED] boom"
+
+
+def test_a_checkpoint_of_another_state_layout_is_explained() -> None:
+    from headwater.enricher.errors import explain_failure
+
+    spark = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: "
+        "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match existing "
+        "state value schema.\nPlease check number and type of fields.\n=== Streaming Query ==="
+    )
+    text = explain_failure(spark)
+    assert "HEADWATER_ENRICHER_STATE_OPERATOR" in text
+    assert "Upgrading: the state format changed" in text
+    assert text.endswith("state value schema.")

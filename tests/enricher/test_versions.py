@@ -45,6 +45,7 @@ def test_pyspark_connector_image_and_chart_name_one_spark_release() -> None:
         "pyproject pyspark": pin,
         "installed pyspark": importlib.metadata.version("pyspark"),
         "jvm/spark-kafka/pom.xml": pom_property("jvm/spark-kafka/pom.xml", "spark.version"),
+        "jvm/enricher-state/pom.xml": pom_property("jvm/enricher-state/pom.xml", "spark.version"),
         "enricher Dockerfile": image,
         "chart enricher.sparkVersion": chart["enricher"]["sparkVersion"],
     } == dict.fromkeys(
@@ -52,6 +53,7 @@ def test_pyspark_connector_image_and_chart_name_one_spark_release() -> None:
             "pyproject pyspark",
             "installed pyspark",
             "jvm/spark-kafka/pom.xml",
+            "jvm/enricher-state/pom.xml",
             "enricher Dockerfile",
             "chart enricher.sparkVersion",
         ],

@@ -1,7 +1,9 @@
 """Where the JVM parts live: Java itself and the jars the install step copied from Maven.
 
 ``make install`` (run by ``make run`` and ``make test`` on first use) copies the jars that
-``jvm/*/pom.xml`` pin into ``<venv>/jvm/<name>/``, so nothing is downloaded at run time.
+``jvm/*/pom.xml`` pin into ``<venv>/jvm/<name>/``, so nothing is downloaded at run time, and
+builds the enricher's keyed-state operator from ``jvm/enricher-state`` into
+``<venv>/jvm/enricher-state/``.
 ``HEADWATER_JVM_DIR`` points elsewhere (the enricher image sets it).
 """
 
@@ -15,6 +17,8 @@ from pathlib import Path
 #: The jar folders ``jvm/<name>/pom.xml`` fills.
 KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
+#: The enricher's keyed-state operator, built from jvm/enricher-state (not downloaded).
+ENRICHER_STATE = "enricher-state"
 
 
 class JvmSetupError(RuntimeError):
@@ -27,7 +31,11 @@ def jvm_dir() -> Path:
 
 
 def jars(name: str) -> list[Path]:
-    """Return the jars of ``name`` (``KAFKA_BROKER`` or ``SPARK_KAFKA``); raise if absent."""
+    """Return the jars of ``name`` (``KAFKA_BROKER``, ``SPARK_KAFKA``, ``ENRICHER_STATE``).
+
+    Raises:
+        JvmSetupError: the folder has no jar (``make install`` was not run, or failed).
+    """
     folder = jvm_dir() / name
     found = sorted(folder.glob("*.jar"))
     if not found:

@@ -1,0 +1,262 @@
+package io.headwater.enricher.state;
+
+import headwater.events.v1.CompletionOuterClass.Outcome;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Iterator;
+import java.util.List;
+import java.util.function.Function;
+import org.apache.spark.sql.Row;
+
+/**
+ * What happens to one device's records in one micro-batch or timer (state.py's DeviceProcessor,
+ * ported, with the review's defects fixed): master data first, then messages in the device's
+ * order; dedup, dead letters, parking until master data, enrichment, the snapshot.
+ */
+final class DeviceLogic {
+  static final String MISSING_MASTER = "MASTER_DATA_MISSING";
+  /** Why a message failed inside the keyed state (a bug or an unforeseen value). */
+  static final String STATE_FAILED = "STATE_FAILED";
+
+  /** The device's order, total so a replay decides the same (state._order). */
+  static final Comparator<Message> ORDER =
+      Comparator.<Message>comparingInt(m -> m.isMaster() ? 0 : 1)
+          .thenComparingLong(m -> Message.orZero(m.sequence))
+          .thenComparingLong(m -> Message.orZero(m.deviceTimeMs))
+          .thenComparing(m -> m.srcTopic, Snapshot::byCodePoint)
+          .thenComparingInt(m -> m.srcPartition)
+          .thenComparingLong(m -> m.srcOffset);
+
+  private final Policy policy;
+  private final Records records;
+  private final DeviceStore store;
+  private final String tenant;
+  private final String deviceKey;
+  private final long now;
+  private final DeviceValue dev;
+  private final Dedup dedup;
+  private final List<Row> out = new ArrayList<>();
+  private Definitions defs;
+  private boolean defsChanged;
+
+  DeviceLogic(Policy policy, Records records, DeviceStore store, String tenant, String deviceKey,
+      long nowMs) {
+    this.policy = policy;
+    this.records = records;
+    this.store = store;
+    this.tenant = tenant;
+    this.deviceKey = deviceKey;
+    this.now = nowMs;
+    this.dev = DeviceValue.decode(store.device());
+    this.dedup = new Dedup(store, policy.dedupWindowMs, policy.dedupHorizonMs);
+    dedup.begin(dev.recent, dev.spilledHours);
+  }
+
+  /**
+   * Processes a batch of the device. Rows are taken in chunks of at most {@code
+   * maxRowsPerChunk} rows and {@code maxChunkBytes} original bytes, each sorted into the
+   * device's order: a backlog of one device is never held whole (the Python operator sorted
+   * the whole batch of a key, and a backlog of large messages could exceed a worker's memory).
+   */
+  <T> List<Row> batch(Iterator<T> rows, Function<T, Message> read) {
+    boolean hadMaster = dev.master != null;
+    List<Message> chunk = new ArrayList<>();
+    long bytes = 0;
+    while (rows.hasNext()) {
+      Message m = read.apply(rows.next());
+      chunk.add(m);
+      bytes += m.value == null ? 0 : m.value.length;
+      if (chunk.size() >= policy.maxRowsPerChunk || bytes >= policy.maxChunkBytes) {
+        run(chunk);
+        chunk = new ArrayList<>();
+        bytes = 0;
+      }
+    }
+    run(chunk);
+    if (!hadMaster && dev.master != null && dev.parked > 0) {
+      retry(false); // late master data: the parked messages go now
+    }
+    return finish();
+  }
+
+  /** Retries the parked messages that are due (a timer fired). */
+  List<Row> timer() {
+    if (dev.parked > 0) {
+      retry(true);
+    }
+    return finish();
+  }
+
+  private void run(List<Message> chunk) {
+    chunk.sort(ORDER);
+    for (Message m : chunk) {
+      try {
+        message(m);
+      } catch (RuntimeException e) { // a bug or an unforeseen value: that message only
+        dead(m, 1, failure("state", STATE_FAILED, e));
+      }
+    }
+  }
+
+  private void message(Message m) {
+    if (m.isMaster()) {
+      master(m);
+    } else if (m.decodeFailed()) {
+      dead(m, 1, null);
+    } else if (!dedup.firstTime(Dedup.key(m), m.deviceTimeMs, now)) {
+      out.add(records.completion(m, Outcome.OUTCOME_DUPLICATE, now, 1, ""));
+    } else if (m.hasError()) {
+      dead(m, 1, null);
+    } else if (dev.master == null || dev.parked > 0) {
+      // Behind parked messages of the same device: keep its order.
+      park(m, 1);
+    } else {
+      enrich(m, 1);
+    }
+  }
+
+  private void master(Message m) {
+    if (m.hasError()) {
+      out.add(records.deadLetter(m, now, 1, null, null, null, null));
+      return;
+    }
+    dev.changed = true;
+    dev.master = m.masterDeleted ? null
+        : new DeviceValue.Master(m.site, m.areaCode, m.vendorFormat, m.model);
+  }
+
+  /** Why a message is a dead letter: stage, reason, class, message (null: its own error). */
+  record Why(String stage, String reason, String errorClass, String errorMessage) {}
+
+  private void dead(Message m, int attempts, Why why) {
+    Why w = why == null ? new Why(null, null, null, null) : why;
+    out.add(records.deadLetter(m, now, attempts, w.stage(), w.reason(), w.errorClass(),
+        w.errorMessage()));
+    String reason = w.reason() != null ? w.reason() : Message.orEmpty(m.errorReason);
+    out.add(records.completion(m, Outcome.OUTCOME_DEAD_LETTERED, now, attempts, reason));
+  }
+
+  private void park(Message m, int attempt) {
+    long notBefore = policy.notBefore(now, attempt);
+    out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
+    store.appendParked(new Parked(notBefore, attempt, MISSING_MASTER, m).encode());
+    store.registerTimer(notBefore);
+    dev.parked += 1;
+    dev.changed = true;
+    out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
+        MISSING_MASTER));
+  }
+
+  private void enrich(Message m, int attempt) {
+    try {
+      if (!m.definitions.isEmpty() || !m.pending.isEmpty()) {
+        sparkplug(m);
+      }
+      if (Events.estimatedBytes(m) > policy.maxEventBytes) {
+        throw new NormalizeException("enrich", "EVENT_TOO_LARGE",
+            "the event of this message would take about " + Events.estimatedBytes(m)
+                + " bytes (" + m.measurements.size() + " measurements); the limit is "
+                + policy.maxEventBytes);
+      }
+    } catch (NormalizeException e) {
+      dead(m, attempt, new Why(e.stage, e.reason, e.pythonClass(),
+          Text.head(e.getMessage(), 1000)));
+      return;
+    }
+    List<Row> events = new ArrayList<>(1);
+    try {
+      events.add(records.event(m, Events.build(m, dev.master)));
+    } catch (RuntimeException e) { // one message's unforeseen value must not stop the query
+      dead(m, attempt, failure("enrich", STATE_FAILED, e));
+      return;
+    }
+    out.addAll(events);
+    dev.snapshot.record(m, policy.maxLatestValues);
+    out.add(records.completion(m, Outcome.OUTCOME_ENRICHED, now, attempt, ""));
+  }
+
+  /** Sparkplug B: take the message's definitions, resolve its readings (births.py). */
+  private void sparkplug(Message m) throws NormalizeException {
+    if (defs == null) {
+      defs = Definitions.decode(store.definitions());
+    }
+    if (!m.definitions.isEmpty()) {
+      defs.apply(m, policy.maxDefinitions, policy.maxDefinitionBytes);
+      defsChanged = true;
+    }
+    List<Message.Measurement> resolved = defs.resolve(m);
+    m.measurements = new ArrayList<>(m.measurements);
+    m.measurements.addAll(resolved);
+  }
+
+  /**
+   * Retries parked messages. With master data, every parked message goes, in the device's
+   * order (the Python operator released them by not-before time, so a message retried more
+   * often came out after newer ones). Without, the due ones are parked again or, at the last
+   * attempt, dead-lettered. Each message is guarded on its own, and the list is written back
+   * with one state call (the Python operator appended every kept message again, one call each).
+   */
+  private void retry(boolean dueOnly) {
+    List<Parked> parked = new ArrayList<>();
+    for (byte[] v : store.parked()) {
+      parked.add(Parked.decode(v));
+    }
+    parked.sort(Comparator.comparing(Parked::message, ORDER));
+    List<byte[]> kept = new ArrayList<>();
+    int parkedBefore = dev.parked;
+    dev.parked = 0;
+    dev.changed = true;
+    for (Parked p : parked) {
+      Message m = p.message();
+      int attempt = p.attempt() + 1;
+      try {
+        if (dev.master != null) {
+          enrich(m, attempt);
+        } else if (dueOnly && p.notBeforeMs() > now) {
+          kept.add(p.encode());
+        } else if (attempt >= policy.maxAttempts) {
+          dead(m, attempt, new Why("enrich", MISSING_MASTER, "MasterDataMissingError",
+              "no master data for " + Text.repr(m.deviceKey) + " after " + attempt
+                  + " attempts"));
+        } else {
+          long notBefore = policy.notBefore(now, attempt);
+          out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
+          kept.add(new Parked(notBefore, attempt, MISSING_MASTER, m).encode());
+          store.registerTimer(notBefore);
+          out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
+              MISSING_MASTER));
+        }
+      } catch (RuntimeException e) { // the retry path is guarded per message too
+        dead(m, attempt, failure("state", STATE_FAILED, e));
+      }
+    }
+    if (!kept.isEmpty() || parkedBefore > 0) {
+      store.parked(kept);
+    }
+    dev.parked = kept.size();
+  }
+
+  private List<Row> finish() {
+    if (defsChanged) {
+      store.definitions(defs.encode());
+    }
+    Dedup.Recent recent = dedup.commit(now);
+    if (recent != null) {
+      dev.recent = recent;
+      dev.spilledHours = dedup.spilledHours();
+      dev.changed = true;
+    }
+    if (dev.snapshot.changed) {
+      out.add(records.deviceState(dev.snapshot.proto(tenant, deviceKey, now)));
+    }
+    if (dev.changed || dev.snapshot.changed) {
+      store.device(dev.encode());
+    }
+    return out;
+  }
+
+  private static Why failure(String stage, String reason, Throwable e) {
+    String message = e.getMessage() == null ? e.toString() : e.getMessage();
+    return new Why(stage, reason, e.getClass().getSimpleName(), Text.head(message, 1000));
+  }
+}

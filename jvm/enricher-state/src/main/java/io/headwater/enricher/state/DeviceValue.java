@@ -1,0 +1,53 @@
+package io.headwater.enricher.state;
+
+/**
+ * A device's one composite state value (master data, snapshot, recent ids, parked count), read
+ * once and written at most once per batch or timer, as the Python operator kept it.
+ */
+final class DeviceValue {
+  record Master(String site, String areaCode, String vendorFormat, String model) {}
+
+  Master master;
+  Snapshot snapshot = new Snapshot();
+  Dedup.Recent recent = Dedup.Recent.EMPTY;
+  long[] spilledHours = new long[0];
+  /** How many messages of the device are parked (0: the parked list is never read). */
+  int parked;
+  /** Whether something other than the snapshot changed. */
+  boolean changed;
+
+  byte[] encode() {
+    Codec.Out o = new Codec.Out();
+    o.bool(master != null);
+    if (master != null) {
+      o.str(master.site()).str(master.areaCode()).str(master.vendorFormat()).str(master.model());
+    }
+    snapshot.write(o);
+    recent.write(o);
+    o.i32(spilledHours.length);
+    for (long h : spilledHours) {
+      o.i64(h);
+    }
+    o.i32(parked);
+    return o.done();
+  }
+
+  static DeviceValue decode(byte[] bytes) {
+    DeviceValue d = new DeviceValue();
+    if (bytes == null) {
+      return d;
+    }
+    Codec.In i = new Codec.In(bytes);
+    if (i.bool()) {
+      d.master = new Master(i.str(), i.str(), i.str(), i.str());
+    }
+    d.snapshot = Snapshot.read(i);
+    d.recent = Dedup.Recent.read(i);
+    d.spilledHours = new long[i.i32()];
+    for (int k = 0; k < d.spilledHours.length; k++) {
+      d.spilledHours[k] = i.i64();
+    }
+    d.parked = i.i32();
+    return d;
+  }
+}

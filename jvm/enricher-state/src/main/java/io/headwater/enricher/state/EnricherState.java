@@ -1,0 +1,51 @@
+package io.headwater.enricher.state;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * The entry point PySpark calls through py4j (services/enricher/jvm_state.py): the decoded,
+ * normalized rows of the Python hop in, the output records (schema.py's OUTPUT) out.
+ */
+public final class EnricherState {
+  private static final StructType KEY = StructType.fromDDL("tenant string, device_key string");
+
+  private EnricherState() {}
+
+  /**
+   * Returns {@code decoded} run through the per-device keyed state.
+   *
+   * @param decoded rows with schema.py's DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS and
+   *     {@code units}
+   * @param policy the settings as {@code key=value} lines (see {@link Policy})
+   */
+  public static Dataset<Row> apply(Dataset<Row> decoded, String policy) {
+    Policy p = Policy.parse(policy); // parsed here, so a bad policy fails on the driver
+    return decoded
+        .groupBy(decoded.col("tenant"), decoded.col("device_key"))
+        .as(Encoders.row(KEY), Encoders.row(decoded.schema()))
+        .transformWithState(new DeviceProcessor(p), TimeMode.ProcessingTime(), OutputMode.Append(),
+            Encoders.row(Records.OUTPUT));
+  }
+
+  /**
+   * Returns the benchmark's JVM floor over raw keyed rows (decode.key_columns): the keyed
+   * operator with no enricher work ({@link FloorProcessor}).
+   */
+  public static Dataset<Row> floor(Dataset<Row> keyed, String completions, String masterTopic) {
+    return keyed
+        .groupBy(keyed.col("tenant"), keyed.col("device_key"))
+        .as(Encoders.row(KEY), Encoders.row(keyed.schema()))
+        .transformWithState(new FloorProcessor(completions, masterTopic),
+            TimeMode.ProcessingTime(), OutputMode.Append(), Encoders.row(Records.OUTPUT));
+  }
+
+  /** The output layout, for Python to check against schema.OUTPUT. */
+  public static String outputDdl() {
+    return Records.OUTPUT.toDDL();
+  }
+}

@@ -1,0 +1,96 @@
+package io.headwater.enricher.state;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.streaming.ListState;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.StatefulProcessorHandle;
+import org.apache.spark.sql.streaming.ValueState;
+
+/** {@link DeviceStore} over the processor's state variables (for the current grouping key). */
+final class SparkDeviceStore implements DeviceStore {
+  private final StatefulProcessorHandle handle;
+  private final ValueState<byte[]> device;
+  private final ListState<byte[]> parked;
+  private final MapState<Long, byte[]> older;
+  private final ValueState<byte[]> definitions;
+
+  SparkDeviceStore(StatefulProcessorHandle handle, ValueState<byte[]> device,
+      ListState<byte[]> parked, MapState<Long, byte[]> older, ValueState<byte[]> definitions) {
+    this.handle = handle;
+    this.device = device;
+    this.parked = parked;
+    this.older = older;
+    this.definitions = definitions;
+  }
+
+  @Override
+  public byte[] device() {
+    return device.exists() ? device.get() : null;
+  }
+
+  @Override
+  public void device(byte[] value) {
+    device.update(value);
+  }
+
+  @Override
+  public List<byte[]> parked() {
+    List<byte[]> out = new ArrayList<>();
+    parked.get().foreach(v -> out.add(v));
+    return out;
+  }
+
+  @Override
+  public void parked(List<byte[]> entries) {
+    if (entries.isEmpty()) {
+      parked.clear();
+    } else {
+      parked.put(entries.toArray(new byte[0][]));
+    }
+  }
+
+  @Override
+  public void appendParked(byte[] entry) {
+    parked.appendValue(entry);
+  }
+
+  @Override
+  public byte[] definitions() {
+    return definitions.exists() ? definitions.get() : null;
+  }
+
+  @Override
+  public void definitions(byte[] value) {
+    definitions.update(value);
+  }
+
+  @Override
+  public void registerTimer(long atMs) {
+    handle.registerTimer(atMs);
+  }
+
+  @Override
+  public long[] get(long hour) {
+    byte[] v = older.containsKey(hour) ? older.getValue(hour) : null;
+    if (v == null) {
+      return new long[0];
+    }
+    java.nio.LongBuffer b = java.nio.ByteBuffer.wrap(v).asLongBuffer();
+    long[] ids = new long[b.remaining()];
+    b.get(ids);
+    return ids;
+  }
+
+  @Override
+  public void put(long hour, long[] ids) {
+    java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(ids.length * 8);
+    b.asLongBuffer().put(ids);
+    older.updateValue(hour, b.array());
+  }
+
+  @Override
+  public void remove(long hour) {
+    older.removeKey(hour);
+  }
+}
