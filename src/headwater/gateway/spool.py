@@ -19,7 +19,7 @@ import fcntl
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -144,10 +144,28 @@ class Spool:
         What :meth:`enqueue` does, for gateways with high rates: a commit per message
         costs a disk flush each (docs/benchmarks.md, gateway spool).
         """
+        enqueued = self.enqueue_if(endpoint, messages, lambda _db: True)
+        assert enqueued is not None  # the step always agrees
+        return enqueued
+
+    def enqueue_if(
+        self,
+        endpoint: str,
+        messages: Iterable[NewMessage],
+        step: Callable[[sqlite3.Connection], bool],
+    ) -> Enqueued | None:
+        """Run ``step`` and, if it returns True, spool ``messages``: one transaction.
+
+        For state kept next to the outbox (the commands table): the state change and the
+        messages reporting it are on disk together or not at all. None when ``step``
+        returned False (nothing spooled).
+        """
         batch = list(messages)
         _check_endpoint(endpoint)
         now = _now_ms()
         with self._transaction(len(batch)) as dropped:
+            if not step(self._db):
+                return None
             expired = self._expire(now)
             sequences = self._next_sequences([new.device_id for new in batch])
             spooled = tuple(
@@ -157,6 +175,11 @@ class Spool:
             rows = [(m.message_id, endpoint, m.SerializeToString(), now) for m in spooled]
             self._insert_all(rows, dropped)
         return Enqueued(spooled, tuple(dropped), expired)
+
+    def read(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Run one read-only query on the spool file (for the commands table)."""
+        with self._mutex:
+            return list(self._db.execute(sql, params).fetchall())
 
     def _next_sequences(self, device_ids: list[str]) -> list[int]:
         """Take the next sequence numbers, in order: one upsert per device, not per message."""

@@ -1,0 +1,224 @@
+"""Commands from the cloud: receive, keep in the spool, run with your handler, report.
+
+A :class:`CommandReceiver` holds one ReceiveCommands stream to ingest. Each command is
+written to the spool's ``commands`` table *and* a DELIVERED report is spooled in the same
+transaction; only then is it acknowledged. So a command acknowledged is on disk, and a
+command id delivered twice (at-least-once) is stored and run once. The runner takes
+waiting commands in arrival order (a device's commands arrive in order), one at a time,
+calls the handler and spools the outcome (EXECUTED with the result, FAILED with the
+error, REJECTED, or EXPIRED when it is past its expiry before it runs) together with
+marking it done. Reports are ordinary messages on the ``command-status`` endpoint: the
+client's sender delivers them like telemetry, across restarts and outages.
+
+A command whose handler was running when the process died runs again after the restart
+(it was not marked done): handlers should be idempotent, or check the command id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from headwater.commands import model
+from headwater.endpoints import COMMAND_STATUS, COMMAND_STATUS_CONTENT_TYPE, SERVICE_NAME
+from headwater.gateway.config import GatewayConfig
+from headwater.gateway.records import NewMessage
+from headwater.gateway.spool import Spool
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.proto.ingest.v1 import command_messages_pb2 as api
+
+log = logging.getLogger(__name__)
+
+#: What a gateway provides: run one command, return its result (bytes, or None).
+CommandHandler = Callable[[Command], Awaitable[bytes | None]]
+
+
+class RejectCommand(Exception):
+    """Raise from a handler to refuse a command (unknown name, bad payload): REJECTED."""
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+class CommandReceiver:
+    """Receives, stores, runs and reports commands (see the module docstring)."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        channel: grpc.aio.Channel,
+        config: GatewayConfig,
+        handler: CommandHandler,
+        wake_sender: Callable[[], None],
+        max_unacked: int = 32,
+    ) -> None:
+        self._spool = spool
+        self._channel = channel
+        self._config = config
+        self._handler = handler
+        self._wake_sender = wake_sender
+        self._max_unacked = max_unacked
+        self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
+        self._work = asyncio.Event()
+        self._work.set()  # commands left waiting by the last run
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive and run until ``stop`` is set."""
+        runner = asyncio.create_task(self._run_commands(stop))
+        try:
+            await self._receive_forever(stop)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def _receive_forever(self, stop: asyncio.Event) -> None:
+        delay = self._config.backoff_initial_s
+        while not stop.is_set():
+            try:
+                await self._receive_once(stop)
+                delay = self._config.backoff_initial_s
+            except grpc.aio.AioRpcError as exc:
+                log.warning(
+                    "command stream ended; reconnecting",
+                    extra={"code": exc.code().name, "detail": exc.details(), "retry_in_s": delay},
+                )
+            await _sleep_or_stop(stop, delay)
+            delay = min(delay * 2, self._config.backoff_max_s)
+
+    async def _receive_once(self, stop: asyncio.Event) -> None:
+        acks: asyncio.Queue[api.ReceiveCommandsRequest | None] = asyncio.Queue()
+        acks.put_nowait(
+            api.ReceiveCommandsRequest(open=api.OpenCommandStream(max_unacked=self._max_unacked))
+        )
+
+        async def requests():  # type: ignore[no-untyped-def]
+            while (request := await acks.get()) is not None:
+                yield request
+
+        call = self._channel.stream_stream(
+            f"/{SERVICE_NAME}/ReceiveCommands",
+            request_serializer=api.ReceiveCommandsRequest.SerializeToString,
+            response_deserializer=api.ReceiveCommandsResponse.FromString,
+        )(requests(), metadata=self._metadata)
+        stopper = asyncio.create_task(stop.wait())
+        stopper.add_done_callback(lambda _: call.cancel())
+        try:
+            async for response in call:
+                if response.WhichOneof("frame") == "ack_error":
+                    err = response.ack_error
+                    log.error(
+                        "ingest refused a command acknowledgement",
+                        extra={
+                            "command_id": err.command_id,
+                            "reason": err.reason,
+                            "detail": err.message,
+                        },
+                    )
+                    continue
+                command = response.command
+                await asyncio.to_thread(self.store, command)
+                acks.put_nowait(
+                    api.ReceiveCommandsRequest(
+                        ack=api.CommandAck(
+                            command_id=command.command_id, device_id=command.device_id
+                        )
+                    )
+                )
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+        finally:
+            stopper.cancel()
+            acks.put_nowait(None)
+
+    def store(self, command: Command) -> bool:
+        """Keep a command and spool its DELIVERED report; False for a repeat (kept once)."""
+
+        def insert(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO commands (device_id, command_id, envelope, received_ms) "
+                "VALUES (?, ?, ?, ?)",
+                (
+                    command.device_id,
+                    command.command_id,
+                    command.SerializeToString(),
+                    model.now_ms(),
+                ),
+            )
+            return cursor.rowcount == 1
+
+        report = _report(command, CommandState.COMMAND_STATE_DELIVERED)
+        new = self._spool.enqueue_if(COMMAND_STATUS, [report], insert) is not None
+        if new:
+            self._wake_sender()
+            self._work.set()
+        return new
+
+    # --- running ----------------------------------------------------------------------
+
+    async def _run_commands(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._work.wait()
+            self._work.clear()
+            while waiting := await asyncio.to_thread(self._waiting):
+                for seq, command in waiting:
+                    await self._run_one(seq, command)
+
+    def _waiting(self) -> list[tuple[int, Command]]:
+        rows = self._spool.read(
+            "SELECT seq, envelope FROM commands WHERE done = 0 ORDER BY seq LIMIT 100"
+        )
+        return [(int(seq), Command.FromString(bytes(env))) for seq, env in rows]  # type: ignore[call-overload,arg-type]
+
+    async def _run_one(self, seq: int, command: Command) -> None:
+        result = b""
+        reason = ""
+        if model.expired(command):
+            state = CommandState.COMMAND_STATE_EXPIRED
+            reason = "EXPIRED_BEFORE_RUN"
+        else:
+            try:
+                result = await self._handler(command) or b""
+                state = CommandState.COMMAND_STATE_EXECUTED
+            except RejectCommand as exc:
+                state, reason = CommandState.COMMAND_STATE_REJECTED, f"{exc.reason}: {exc}"
+            except Exception as exc:  # the handler's error is the command's outcome
+                state, reason = CommandState.COMMAND_STATE_FAILED, f"{type(exc).__name__}: {exc}"
+        report = _report(command, state, reason, result)
+
+        def mark_done(db: sqlite3.Connection) -> bool:
+            db.execute("UPDATE commands SET done = 1 WHERE seq = ?", (seq,))
+            return True
+
+        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, [report], mark_done)
+        self._wake_sender()
+        log.info(
+            "command finished",
+            extra={
+                "command_id": command.command_id,
+                "device_id": command.device_id,
+                "name": command.name,
+                "state": model.state_name(state),
+                "reason": reason,
+            },
+        )
+
+
+def _report(command: Command, state: int, reason: str = "", result: bytes = b"") -> NewMessage:
+    """A command status report as a device message of the command's device."""
+    status = model.status_of(command, state, reason=reason[:1024], result=result)
+    return NewMessage(command.device_id, COMMAND_STATUS_CONTENT_TYPE, status.SerializeToString())
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
