@@ -138,14 +138,16 @@ async def _gateways(
             async with GatewayClient(spool, config, commands=handle) as client:
                 receiver = client._receiver
                 assert receiver is not None
-                store = receiver.store
+                store_many = receiver.store_many
 
-                def timed_store(command: Command) -> bool:
-                    new = store(command)
-                    stored.setdefault(command.command_id, time.time())
+                def timed_store(commands: list[Command]) -> int:
+                    new = store_many(commands)
+                    now = time.time()
+                    for command in commands:
+                        stored.setdefault(command.command_id, now)
                     return new
 
-                receiver.store = timed_store  # type: ignore[method-assign]
+                receiver.store_many = timed_store  # type: ignore[method-assign]
                 await client.run(stop)
 
     await asyncio.gather(*(one(g) for g in range(gateways)))

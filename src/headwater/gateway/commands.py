@@ -34,6 +34,8 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandState
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
 
 log = logging.getLogger(__name__)
+#: Commands stored in one transaction at most.
+_STORE_BATCH = 200
 
 #: What a gateway provides: run one command, return its result (bytes, or None).
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
@@ -109,10 +111,43 @@ class CommandReceiver:
             request_serializer=api.ReceiveCommandsRequest.SerializeToString,
             response_deserializer=api.ReceiveCommandsResponse.FromString,
         )(requests(), metadata=self._metadata)
+        received: asyncio.Queue[Command | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(call, received))
         stopper = asyncio.create_task(stop.wait())
         stopper.add_done_callback(lambda _: call.cancel())
         try:
-            async for response in call:
+            while (first := await received.get()) is not None:
+                # Store what has arrived meanwhile in one transaction (one disk flush): under
+                # load, a transaction per command would be the gateway's limit.
+                batch = [first]
+                while len(batch) < _STORE_BATCH and not received.empty():
+                    more = received.get_nowait()
+                    if more is None:
+                        received.put_nowait(None)
+                        break
+                    batch.append(more)
+                await asyncio.to_thread(self.store_many, batch)
+                for command in batch:
+                    acks.put_nowait(
+                        api.ReceiveCommandsRequest(
+                            ack=api.CommandAck(
+                                command_id=command.command_id, device_id=command.device_id
+                            )
+                        )
+                    )
+            await reader  # raises the stream's error, if it ended with one
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+        finally:
+            reader.cancel()
+            stopper.cancel()
+            acks.put_nowait(None)
+
+    async def _read(self, call: object, received: asyncio.Queue[Command | None]) -> None:
+        """Hand the stream's commands over; log refused acknowledgements; None at the end."""
+        try:
+            async for response in call:  # type: ignore[attr-defined]
                 if response.WhichOneof("frame") == "ack_error":
                     err = response.ack_error
                     log.error(
@@ -124,40 +159,36 @@ class CommandReceiver:
                         },
                     )
                     continue
-                command = response.command
-                await asyncio.to_thread(self.store, command)
-                acks.put_nowait(
-                    api.ReceiveCommandsRequest(
-                        ack=api.CommandAck(
-                            command_id=command.command_id, device_id=command.device_id
-                        )
-                    )
-                )
-        except asyncio.CancelledError:
-            if not stop.is_set():
-                raise
+                received.put_nowait(response.command)
         finally:
-            stopper.cancel()
-            acks.put_nowait(None)
+            received.put_nowait(None)
 
     def store(self, command: Command) -> bool:
         """Keep a command and spool its DELIVERED report; False for a repeat (kept once)."""
+        return self.store_many([command]) == 1
 
-        def insert(db: sqlite3.Connection) -> bool:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO commands (device_id, command_id, envelope, received_ms) "
-                "VALUES (?, ?, ?, ?)",
-                (
-                    command.device_id,
-                    command.command_id,
-                    command.SerializeToString(),
-                    model.now_ms(),
-                ),
-            )
-            return cursor.rowcount == 1
+    def store_many(self, commands: list[Command]) -> int:
+        """Keep commands and spool DELIVERED for the new ones, in one transaction.
 
-        report = _report(command, CommandState.COMMAND_STATE_DELIVERED)
-        new = self._spool.enqueue_if(COMMAND_STATUS, [report], insert) is not None
+        Returns how many were new; a command id already kept for its device is a repeat
+        (a redelivery) and is neither kept nor reported again.
+        """
+
+        def insert(db: sqlite3.Connection) -> list[NewMessage]:
+            now = model.now_ms()
+            reports = []
+            for command in commands:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO commands (device_id, command_id, envelope, "
+                    "received_ms) VALUES (?, ?, ?, ?)",
+                    (command.device_id, command.command_id, command.SerializeToString(), now),
+                )
+                if cursor.rowcount == 1:
+                    reports.append(_report(command, CommandState.COMMAND_STATE_DELIVERED))
+            return reports
+
+        enqueued = self._spool.enqueue_if(COMMAND_STATUS, insert, len(commands))
+        new = len(enqueued.messages) if enqueued is not None else 0
         if new:
             self._wake_sender()
             self._work.set()
@@ -195,11 +226,11 @@ class CommandReceiver:
                 state, reason = CommandState.COMMAND_STATE_FAILED, f"{type(exc).__name__}: {exc}"
         report = _report(command, state, reason, result)
 
-        def mark_done(db: sqlite3.Connection) -> bool:
+        def mark_done(db: sqlite3.Connection) -> list[NewMessage]:
             db.execute("UPDATE commands SET done = 1 WHERE seq = ?", (seq,))
-            return True
+            return [report]
 
-        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, [report], mark_done)
+        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, mark_done)
         self._wake_sender()
         log.info(
             "command finished",

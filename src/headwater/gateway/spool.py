@@ -144,27 +144,28 @@ class Spool:
         What :meth:`enqueue` does, for gateways with high rates: a commit per message
         costs a disk flush each (docs/benchmarks.md, gateway spool).
         """
-        enqueued = self.enqueue_if(endpoint, messages, lambda _db: True)
-        assert enqueued is not None  # the step always agrees
-        return enqueued
+        batch = list(messages)
+        enqueued = self.enqueue_if(endpoint, lambda _db: batch, len(batch))
+        return enqueued or Enqueued((), (), 0)
 
     def enqueue_if(
         self,
         endpoint: str,
-        messages: Iterable[NewMessage],
-        step: Callable[[sqlite3.Connection], bool],
+        step: Callable[[sqlite3.Connection], list[NewMessage]],
+        expected: int = 1,
     ) -> Enqueued | None:
-        """Run ``step`` and, if it returns True, spool ``messages``: one transaction.
+        """Run ``step`` and spool the messages it returns: one transaction.
 
         For state kept next to the outbox (the commands table): the state change and the
         messages reporting it are on disk together or not at all. None when ``step``
-        returned False (nothing spooled).
+        returned no messages (nothing spooled). ``expected`` is how many messages a
+        refusal (spool full) counts.
         """
-        batch = list(messages)
         _check_endpoint(endpoint)
         now = _now_ms()
-        with self._transaction(len(batch)) as dropped:
-            if not step(self._db):
+        with self._transaction(expected) as dropped:
+            batch = step(self._db)
+            if not batch:
                 return None
             expired = self._expire(now)
             sequences = self._next_sequences([new.device_id for new in batch])
