@@ -103,7 +103,9 @@ class StatusRelay:
                 if futures:
                     # Not committed unless all are acked: the batch is read again.
                     await asyncio.gather(*futures)
-                await asyncio.to_thread(consumer.commit, asynchronous=False)
+                # Asynchronous: a commit lost to a crash means the batch is relayed again
+                # (at least once, readers fold repeats); waiting for each would cap the rate.
+                consumer.commit(asynchronous=True)
         finally:
             await asyncio.to_thread(consumer.close)
 

@@ -11,7 +11,8 @@ marking it done. Reports are ordinary messages on the ``command-status`` endpoin
 client's sender delivers them like telemetry, across restarts and outages.
 
 A command whose handler was running when the process died runs again after the restart
-(it was not marked done): handlers should be idempotent, or check the command id.
+(it was not marked done), and so do the ones that finished in the last 50 ms before it
+(outcomes are written together): handlers should be idempotent, or check the command id.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -36,6 +38,8 @@ from headwater.proto.ingest.v1 import command_messages_pb2 as api
 log = logging.getLogger(__name__)
 #: Commands stored in one transaction at most.
 _STORE_BATCH = 200
+#: Outcomes of commands are written together at least this often (seconds).
+_FINISH_EVERY_S = 0.05
 
 #: What a gateway provides: run one command, return its result (bytes, or None).
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
@@ -201,16 +205,27 @@ class CommandReceiver:
             await self._work.wait()
             self._work.clear()
             while waiting := await asyncio.to_thread(self._waiting):
+                # Outcomes are written together, every _FINISH_EVERY_S at most: one
+                # transaction per command would be the gateway's limit under load. The
+                # price: after a crash, the commands run since the last write run again.
+                finished: list[tuple[int, NewMessage]] = []
+                since = time.monotonic()
                 for seq, command in waiting:
-                    await self._run_one(seq, command)
+                    finished.append((seq, await self._outcome(command)))
+                    if time.monotonic() - since >= _FINISH_EVERY_S:
+                        await self._finish(finished)
+                        finished, since = [], time.monotonic()
+                if finished:
+                    await self._finish(finished)
 
     def _waiting(self) -> list[tuple[int, Command]]:
         rows = self._spool.read(
-            "SELECT seq, envelope FROM commands WHERE done = 0 ORDER BY seq LIMIT 100"
+            "SELECT seq, envelope FROM commands WHERE done = 0 ORDER BY seq LIMIT 200"
         )
         return [(int(seq), Command.FromString(bytes(env))) for seq, env in rows]  # type: ignore[call-overload,arg-type]
 
-    async def _run_one(self, seq: int, command: Command) -> None:
+    async def _outcome(self, command: Command) -> NewMessage:
+        """Run one command (unless expired); return its report."""
         result = b""
         reason = ""
         if model.expired(command):
@@ -224,14 +239,6 @@ class CommandReceiver:
                 state, reason = CommandState.COMMAND_STATE_REJECTED, f"{exc.reason}: {exc}"
             except Exception as exc:  # the handler's error is the command's outcome
                 state, reason = CommandState.COMMAND_STATE_FAILED, f"{type(exc).__name__}: {exc}"
-        report = _report(command, state, reason, result)
-
-        def mark_done(db: sqlite3.Connection) -> list[NewMessage]:
-            db.execute("UPDATE commands SET done = 1 WHERE seq = ?", (seq,))
-            return [report]
-
-        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, mark_done)
-        self._wake_sender()
         log.info(
             "command finished",
             extra={
@@ -242,6 +249,19 @@ class CommandReceiver:
                 "reason": reason,
             },
         )
+        return _report(command, state, reason, result)
+
+    async def _finish(self, finished: list[tuple[int, NewMessage]]) -> None:
+        """Mark commands done and spool their reports, in one transaction."""
+
+        def mark_done(db: sqlite3.Connection) -> list[NewMessage]:
+            db.executemany(
+                "UPDATE commands SET done = 1 WHERE seq = ?", [(s,) for s, _ in finished]
+            )
+            return [report for _, report in finished]
+
+        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, mark_done, len(finished))
+        self._wake_sender()
 
 
 def _report(command: Command, state: int, reason: str = "", result: bytes = b"") -> NewMessage:
