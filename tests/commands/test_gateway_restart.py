@@ -22,8 +22,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start_gateway(target: str, spool: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.commands.gateway_proc", "--spool", str(spool)]
-        + ["--target", target, "--log", str(log)],
+        [
+            sys.executable,
+            "-m",
+            "tests.commands.gateway_proc",
+            "--spool",
+            str(spool),
+            "--target",
+            target,
+            "--log",
+            str(log),
+        ],
         cwd=ROOT,
         env={**os.environ, "HEADWATER_GATEWAY_TOKEN": TOKENS["gw-a"]},
     )
