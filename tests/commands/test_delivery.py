@@ -258,3 +258,20 @@ def test_ingest_messages_module_is_the_results_type():
     assert api.PublishCommandStatusResponse.DESCRIPTOR.fields_by_name["results"].message_type is (
         ingest_messages_pb2.MessageResult.DESCRIPTOR
     )
+
+
+async def test_a_revoked_gateway_loses_its_command_stream(
+    command_topics, start_command_ingest, tokens_file
+):
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    await asyncio.to_thread(send, command_topics, command_id="before-revocation")
+    assert (await stream.next()).command.command_id == "before-revocation"
+    text = tokens_file.read_text()
+    tokens_file.write_text(
+        text.replace('devices: ["acme-*"]', 'devices: ["acme-*"]\n    revoked: true', 1)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stream.next(within_s=10)  # idle: the periodic check notices within a second or two
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    await stream.close()

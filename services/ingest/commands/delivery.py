@@ -24,7 +24,12 @@ import grpc
 from headwater.commands import model
 from headwater.endpoints import SERVICE_NAME
 from headwater.ingest.auth import Authenticator, Gateway
-from headwater.ingest.errors import IngestError, InvalidMessageError, OverloadedError
+from headwater.ingest.errors import (
+    IngestError,
+    InvalidMessageError,
+    OverloadedError,
+    UnauthenticatedError,
+)
 from headwater.ingest.status import to_rpc_status
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
@@ -140,10 +145,12 @@ class CommandDelivery:
             "command stream opened",
             extra={"gateway": gateway.gateway_id, "tenant": gateway.tenant},
         )
+        generation = self._auth.generation()
         try:
             await self._caught_up.wait()
             stream.dirty.update(d for d in self._book.devices(gateway.tenant) if stream.serves(d))
             while not acks.done():
+                generation = self._recheck(stream, generation, context)
                 stream.wake.clear()
                 while not answers.empty():
                     yield answers.get_nowait()
@@ -153,6 +160,9 @@ class CommandDelivery:
                         yield answers.get_nowait()
                 if not stream.dirty and answers.empty():
                     await _first(stream.wake.wait(), acks)
+        except UnauthenticatedError as err:  # revoked or removed while the stream was open
+            log.info(err.message, extra={"method": METHOD, "gateway": gateway.gateway_id})
+            await context.abort_with_status(to_rpc_status(err))
         finally:
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -162,6 +172,26 @@ class CommandDelivery:
                 "command stream closed",
                 extra={"gateway": gateway.gateway_id, "unacked": len(stream.unacked)},
             )
+
+    def _recheck(
+        self, stream: CommandStream, generation: int, context: grpc.aio.ServicerContext
+    ) -> int:
+        """Authenticate again when the tokens file changed; raise UnauthenticatedError.
+
+        A revoked gateway loses its stream at the next wake-up (at most a second later);
+        a changed binding applies to the commands sent from then on.
+        """
+        now = self._auth.generation()
+        if now == generation:
+            return now
+        gateway = self._auth.authenticate(
+            context.invocation_metadata() or (), context.auth_context()
+        )
+        if gateway != stream.gateway:
+            stream.gateway = gateway
+            stream.bound.clear()
+            stream.dirty.update(d for d in self._book.devices(gateway.tenant) if stream.serves(d))
+        return now
 
     async def _due(self, stream: CommandStream) -> AsyncIterator[Command]:
         """The commands of the stream's dirty devices not sent on it yet, device by device."""
@@ -222,10 +252,16 @@ class CommandDelivery:
         return None
 
 
+#: Longest sleep of an idle stream: how soon it notices a revoked token.
+_IDLE_CHECK_S = 1.0
+
+
 async def _first(wait: Awaitable[object], acks: asyncio.Task[None]) -> None:
-    """Wait for ``wait`` or for the ack reader to end."""
+    """Wait for ``wait`` or for the ack reader to end, a second at most."""
     waiter = asyncio.ensure_future(wait)
     try:
-        await asyncio.wait({waiter, acks}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {waiter, acks}, timeout=_IDLE_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         waiter.cancel()
