@@ -72,31 +72,42 @@ class CommandFeed:
             await asyncio.to_thread(consumer.close)
 
     async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
-        """Assign every partition of both topics from the start; return the non-empty ends."""
-        from confluent_kafka import TopicPartition
+        """Assign every partition of both topics from the start; return the non-empty ends.
+
+        Retried while the topics are missing or their partitions have no leader yet (just
+        created, or a broker moving leaders): the book waits, ingest serves meanwhile.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
 
         delay = 1.0
         while True:
-            found = await asyncio.to_thread(self._partitions, consumer)
-            if found is not None:
-                break
+            try:
+                found = await asyncio.to_thread(self._partitions, consumer)
+                if found is not None:
+                    ends: dict[tuple[str, int], int] = {}
+                    assignment = []
+                    for topic, partition in found:
+                        tp = TopicPartition(topic, partition)
+                        low, high = await asyncio.to_thread(consumer.get_watermark_offsets, tp, 10)
+                        assignment.append(TopicPartition(topic, partition, low))
+                        if high > low:
+                            ends[(topic, partition)] = high
+                    consumer.assign(assignment)
+                    return ends
+                problem = "missing"
+            except KafkaException as exc:
+                problem = str(exc.args[0]) if exc.args else repr(exc)
             log.warning(
-                "command topics missing; commands cannot be delivered until they exist. "
-                "Create them with `headwater topics ensure`",
-                extra={"topics": [self._commands_topic, self._status_topic], "retry_in_s": delay},
+                "command topics missing or not ready; commands cannot be delivered until they "
+                "are. Create them with `headwater topics ensure`",
+                extra={
+                    "topics": [self._commands_topic, self._status_topic],
+                    "problem": problem,
+                    "retry_in_s": delay,
+                },
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
-        ends: dict[tuple[str, int], int] = {}
-        assignment = []
-        for topic, partition in found:
-            tp = TopicPartition(topic, partition)
-            low, high = await asyncio.to_thread(consumer.get_watermark_offsets, tp, 10)
-            assignment.append(TopicPartition(topic, partition, low))
-            if high > low:
-                ends[(topic, partition)] = high
-        consumer.assign(assignment)
-        return ends
 
     def _partitions(self, consumer: Any) -> list[tuple[str, int]] | None:
         found = []

@@ -129,7 +129,9 @@ class CommandService:
     def start(self) -> None:
         """Start reading, relaying and expiring in the background."""
         self._tasks = [
-            asyncio.create_task(_logged(self.feed.run(), "feed")),
+            # Run again after a failure: the same book, read again from the start (adding a
+            # known command or applying a known status again changes nothing).
+            asyncio.create_task(_again(self.feed.run, "feed")),
             asyncio.create_task(_again(self.relay.run, "relay")),
             asyncio.create_task(_logged(self._expire_forever(), "expiry")),
         ]
