@@ -42,9 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "variables configure telemetry. Exits 2 with one line on stderr when it cannot "
             "start (a bad setting, tokens file or TLS file)."
         ),
-        epilog=env_help(
-            IngestSettings.from_env, CommandSettings.from_env, extra=LOGGING_VARIABLES
-        ),
+        epilog=env_help(IngestSettings.from_env, CommandSettings.from_env, extra=LOGGING_VARIABLES),
         formatter_class=EnvHelpFormatter,
     )
     serve.set_defaults(func=_serve)
