@@ -131,3 +131,37 @@ async def test_replica_stopped_without_grace_loses_nothing(
         ]
         await wait_for_states(command_topics, [c.command_id for c in after], {"EXECUTED"})
     assert [c.command_id for c in handler.ran] == [f"r-{i}" for i in range(8)]
+
+
+async def test_a_full_spool_acknowledges_nothing_and_loses_nothing(
+    command_topics, start_command_ingest, tmp_path
+):
+    from headwater.gateway import GatewayClient, GatewayConfig, Spool, SpoolLimits
+
+    from .conftest import TOKENS
+
+    ingest = await start_command_ingest()
+    assert ingest.commands is not None
+    handler = Recorder()
+    config = GatewayConfig(
+        target=f"127.0.0.1:{ingest.port}", token=TOKENS["gw-a"], backoff_initial_s=0.05
+    )
+    # Too small for even one report: storing a command (with its DELIVERED) is refused.
+    limits = SpoolLimits(max_bytes=16, when_full="refuse")
+    with Spool(tmp_path / "full.db", limits) as spool:
+        async with GatewayClient(spool, config, commands=handler) as client:
+            stop = asyncio.Event()
+            running = asyncio.create_task(client.run(stop))
+            command = await asyncio.to_thread(send, command_topics, command_id="no-room")
+            await asyncio.sleep(3.0)
+            assert not running.done()  # the client keeps running
+            assert handler.ran == []
+            waiting = ingest.commands.book.waiting(("acme", command.device_id))
+            assert [e.command.command_id for e in waiting] == ["no-room"]  # never acknowledged
+            assert spool.stats().counters.get("refused", 0) >= 1
+            stop.set()
+            await asyncio.wait_for(running, 15)
+    # A gateway with room gets it: nothing was lost.
+    async with running_gateway(f"127.0.0.1:{ingest.port}", tmp_path / "roomy.db", handler):
+        await wait_for_states(command_topics, ["no-room"], {"EXECUTED"})
+    assert [c.command_id for c in handler.ran] == ["no-room"]

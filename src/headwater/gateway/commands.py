@@ -97,6 +97,12 @@ class CommandReceiver:
                     "command stream ended; reconnecting",
                     extra={"code": exc.code().name, "detail": exc.details(), "retry_in_s": delay},
                 )
+            except Exception as exc:  # the spool refused (full, disk error): nothing was acked
+                log.error(
+                    "cannot keep received commands in the spool; they were not acknowledged "
+                    "and will come again",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                )
             await _sleep_or_stop(stop, delay)
             delay = min(delay * 2, self._config.backoff_max_s)
 
@@ -213,10 +219,12 @@ class CommandReceiver:
                 for seq, command in waiting:
                     finished.append((seq, await self._outcome(command)))
                     if time.monotonic() - since >= _FINISH_EVERY_S:
-                        await self._finish(finished)
+                        await self._finish_until_written(finished, stop)
                         finished, since = [], time.monotonic()
                 if finished:
-                    await self._finish(finished)
+                    await self._finish_until_written(finished, stop)
+                if stop.is_set():
+                    return
 
     def _waiting(self) -> list[tuple[int, Command]]:
         rows = self._spool.read(
@@ -250,6 +258,29 @@ class CommandReceiver:
             },
         )
         return _report(command, state, reason, result)
+
+    async def _finish_until_written(
+        self, finished: list[tuple[int, NewMessage]], stop: asyncio.Event
+    ) -> None:
+        """Write outcomes, retrying while the spool refuses; the handlers do not run again.
+
+        Given up only when stopping: the commands are then not marked done and run again
+        after the restart (at least once).
+        """
+        delay = self._config.backoff_initial_s
+        while True:
+            try:
+                await self._finish(finished)
+                return
+            except Exception as exc:  # the spool refused (full, disk error)
+                log.error(
+                    "cannot spool command outcomes; retrying",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                )
+            await _sleep_or_stop(stop, delay)
+            if stop.is_set():
+                return
+            delay = min(delay * 2, self._config.backoff_max_s)
 
     async def _finish(self, finished: list[tuple[int, NewMessage]]) -> None:
         """Mark commands done and spool their reports, in one transaction."""
