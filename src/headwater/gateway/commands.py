@@ -150,6 +150,7 @@ class CommandReceiver:
             if not stop.is_set():
                 raise
         finally:
+            call.cancel()  # a refused store ends this stream too: unacked commands come again
             reader.cancel()
             stopper.cancel()
             acks.put_nowait(None)
