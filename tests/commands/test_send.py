@@ -106,3 +106,17 @@ def test_status_folds_repeats_by_state_order(command_topics):
     assert [r.state for r in histories["same-id"].records] == [
         CommandState.COMMAND_STATE_QUEUED
     ] * 2
+
+
+def test_list_shows_a_devices_commands_oldest_first(command_topics, capsys):
+    with sender_for(command_topics) as sender:
+        sender.send("acme", "acme-004", "first", command_id="z-sent-first")
+        time.sleep(0.01)
+        sender.send("acme", "acme-004", "second", command_id="a-sent-second")
+        sender.send("acme", "acme-005", "elsewhere", command_id="other-device")
+    argv = ["command", "list", "--bootstrap-servers", command_topics.kafka.bootstrap_servers]
+    argv += ["--topic-prefix", command_topics.prefix, "--device", "acme-004", "--json"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["command_id"] for r in rows] == ["z-sent-first", "a-sent-second"]
+    assert {r["state"] for r in rows} == {"QUEUED"}

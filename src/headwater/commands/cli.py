@@ -181,7 +181,7 @@ def _list(args: argparse.Namespace) -> int:
         if h.current.device_id == args.device_id
         and (args.tenant is None or h.current.tenant == args.tenant)
     ]
-    rows.sort(key=lambda r: str(r["command_id"]))
+    rows.sort(key=lambda r: (int(r["first_ms"]), str(r["command_id"])))  # type: ignore[call-overload]
     for row in rows:
         if args.json:
             print(json.dumps(row))

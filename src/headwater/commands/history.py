@@ -59,6 +59,7 @@ def as_row(history: CommandHistory) -> dict[str, object]:
         "state": model.state_name(current.state),
         "reason": current.reason,
         "time_ms": current.time.ToMilliseconds(),
+        "first_ms": min(r.time.ToMilliseconds() for r in history.records),
         "gateway_id": current.gateway_id,
         "states": [model.state_name(r.state) for r in history.records],
     }
