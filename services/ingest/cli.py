@@ -23,6 +23,7 @@ TOKEN_BYTES = 32
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ingest`` command group."""
+    from headwater.ingest.commands.settings import CommandSettings
     from headwater.ingest.settings import IngestSettings
     from headwater.runtime.startup import EnvHelpFormatter, env_help
 
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "variables configure telemetry. Exits 2 with one line on stderr when it cannot "
             "start (a bad setting, tokens file or TLS file)."
         ),
-        epilog=env_help(IngestSettings.from_env, extra=LOGGING_VARIABLES),
+        epilog=env_help(IngestSettings.from_env, CommandSettings.from_env, extra=LOGGING_VARIABLES),
         formatter_class=EnvHelpFormatter,
     )
     serve.set_defaults(func=_serve)

@@ -22,6 +22,8 @@ from headwater.ingest.admission import (
     transport_options,
 )
 from headwater.ingest.auth import Authenticator, TokenStore
+from headwater.ingest.commands.service import CommandService
+from headwater.ingest.commands.settings import CommandSettings
 from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.producer import AiokafkaWriter, RecordWriter
@@ -70,8 +72,12 @@ class IngestServer:
         settings: IngestSettings,
         writer: RecordWriter | None = None,
         telemetry: Telemetry | None = None,
+        commands: CommandSettings | None = None,
     ) -> None:
         self.settings = settings
+        #: Commands to devices (docs/commands.md); None or disabled: not served.
+        self.command_settings = commands
+        self.commands: CommandService | None = None
         self.writer = writer or create_writer(settings)
         self.telemetry = telemetry or create_telemetry("headwater-ingest")
         self.port = 0
@@ -123,6 +129,16 @@ class IngestServer:
             ],
         )
         server.add_generic_rpc_handlers([self._servicer.rpc_handler()])
+        if self.command_settings is not None and self.command_settings.enabled:
+            # Commands: ReceiveCommands and the relay, in their own package (hook only).
+            self.commands = CommandService(
+                self.command_settings,
+                s.kafka,
+                self.writer,
+                authenticator,
+                self.telemetry.meter_provider.get_meter("headwater.ingest.commands"),
+            )
+            server.add_generic_rpc_handlers([self.commands.rpc_handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # Descriptors, not names: reflection must be able to describe what it lists.
         enable_reflection(
@@ -142,6 +158,8 @@ class IngestServer:
         self._server = server
         await self._start_health_server()
         self._connector = asyncio.create_task(self._connect_writer())
+        if self.commands is not None:
+            self.commands.start()
         log.info(
             "ingest service listening",
             extra={
@@ -235,6 +253,8 @@ class IngestServer:
             self._connector.cancel()
         await self._server.stop(grace)
         self._server = None
+        if self.commands is not None:
+            await self.commands.stop()
         if self._health_server is not None:
             await self._health_server.stop(0)  # NOT_SERVING was visible through the drain
             self._health_server = None
@@ -248,7 +268,7 @@ async def serve(settings: IngestSettings) -> None:
     telemetry = create_telemetry(
         "headwater-ingest", prometheus_port=settings.metrics_port, set_global=True
     )
-    server = IngestServer(settings, telemetry=telemetry)
+    server = IngestServer(settings, telemetry=telemetry, commands=CommandSettings.from_env())
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -146,3 +146,14 @@ def batch_size_limits() -> tuple[int, int]:
     fd = ingest_messages_pb2.PublishTelemetryRequest.DESCRIPTOR.fields_by_name["messages"]
     rules: field_rules_pb2.FieldRules = fd.GetOptions().Extensions[_RULES_EXT]  # type: ignore[index]
     return rules.min_entries, rules.max_entries
+
+
+def message_violations(msg: Message, checks: list[FieldCheck]) -> list[tuple[str, str]]:
+    """Return (field, description) for every rule of ``checks`` that ``msg`` breaks.
+
+    For contracts other than DeviceMessage (commands): the same rules, no server limits.
+    """
+    found: list[tuple[str, str]] = []
+    for check in checks:
+        found += _check_field(msg, check)
+    return found

@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("headwater.ops.topics", "ops", ("topics",)),
     ("headwater.ops.cli", "ops", ("dlq", "offsets", "lag", "status")),
     ("headwater.master.cli", "ops", ("master",)),
+    ("headwater.commands.cli", "ops", ("command",)),
     ("headwater.gateway.cli", "gateway", ("gateway",)),
     ("headwater.bench.cli", "dev", ("bench",)),
 )

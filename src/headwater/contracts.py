@@ -2,7 +2,7 @@
 
 Consumers import from here instead of the generated modules' paths::
 
-    from headwater.contracts import Completion, Event, Outcome
+    from headwater.contracts import Completion, Event, Outcome, Command, CommandStatus
 
 Consumers in other languages decode every topic with the descriptor set
 (``descriptor_set()``, shipped in the wheel as ``headwater/proto/headwater.binpb``, and
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from importlib import resources
 
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 from headwater.proto.events.v1.completion_pb2 import Completion, EventRef, Outcome, SourceRecord
 from headwater.proto.events.v1.dead_letter_pb2 import DeadLetter, Header, Redrive
@@ -22,6 +24,9 @@ from headwater.proto.events.v1.event_pb2 import Alarm, Event, Measurement, Sever
 from headwater.proto.events.v1.parked_message_pb2 import ParkedMessage
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import (
+    COMMAND_REPORTS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
     COMPLETIONS_TOPIC,
     DEADLETTER_TOPIC,
     DEVICE_STATE_TOPIC,
@@ -34,6 +39,9 @@ from headwater.topics import (
 __all__ = [
     "TOPIC_MESSAGES",
     "Alarm",
+    "Command",
+    "CommandState",
+    "CommandStatus",
     "Completion",
     "DeadLetter",
     "DeviceMaster",
@@ -60,6 +68,10 @@ TOPIC_MESSAGES: dict[str, str] = {
     RETRY_TOPIC: ParkedMessage.DESCRIPTOR.full_name,
     DEVICE_STATE_TOPIC: DeviceState.DESCRIPTOR.full_name,
     MASTER_DEVICES_TOPIC: DeviceMaster.DESCRIPTOR.full_name,
+    # Gateways' reports as ingest writes them; each payload is a CommandStatus.
+    COMMAND_REPORTS_TOPIC: DeviceMessage.DESCRIPTOR.full_name,
+    COMMANDS_TOPIC: Command.DESCRIPTOR.full_name,
+    COMMAND_STATUS_TOPIC: CommandStatus.DESCRIPTOR.full_name,
 }
 
 

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from headwater.endpoints import ENDPOINTS
 
-#: The ingest endpoints of the gRPC API and the ingest topic each one writes to.
-INGEST_TOPICS: dict[str, str] = {ep.name: ep.topic for ep in ENDPOINTS}
+#: The device-data endpoints of the gRPC API and the ingest topic each one writes to
+#: (the topics the enricher reads).
+INGEST_TOPICS: dict[str, str] = {ep.name: ep.topic for ep in ENDPOINTS if ep.enriched}
+#: Gateways' command status reports, as ingest writes them (DeviceMessage envelopes).
+COMMAND_REPORTS_TOPIC = next(ep.topic for ep in ENDPOINTS if not ep.enriched)
 #: Common-format events, one topic per event type.
 EVENT_TOPICS: dict[str, str] = {
     "telemetry": "events.telemetry.v1",
@@ -22,6 +25,10 @@ DEADLETTER_TOPIC = "deadletter.v1"
 RETRY_TOPIC = "retry.1.v1"
 DEVICE_STATE_TOPIC = "state.devices.v1"
 MASTER_DEVICES_TOPIC = "master.devices.v1"
+#: Commands to devices (headwater.commands.v1.Command), key "<tenant>/<device_id>".
+COMMANDS_TOPIC = "commands.v1"
+#: Every state change of every command (CommandStatus), keyed as COMMANDS_TOPIC.
+COMMAND_STATUS_TOPIC = "command-status.v1"
 
 
 def scoped_key(tenant: str, device_id: str) -> str:
@@ -63,6 +70,9 @@ def all_topics(partitions: int = 6, replication_factor: int = 3) -> list[TopicSp
         COMPLETIONS_TOPIC,
         DEADLETTER_TOPIC,
         RETRY_TOPIC,
+        COMMAND_REPORTS_TOPIC,
+        COMMANDS_TOPIC,
+        COMMAND_STATUS_TOPIC,
     ]
     specs = [TopicSpec(n, partitions, replication_factor, dict(deleting)) for n in names]
     specs += [

@@ -97,3 +97,21 @@ def test_a_message_ends_the_updating_line_first():
     display.update("sent 10")
     display.message("done")
     assert screen.getvalue() == "\rsent 10\x1b[K\ndone\n"
+
+
+def test_commands_stage_shows_sent_refused_and_states():
+    summary = {
+        **SUMMARY,
+        "commands": {
+            "sent": 27,
+            "refused": {"UNKNOWN_DEVICE": 3},
+            "states": {"EXECUTED": 24, "REJECTED": 3},
+        },
+    }
+    table = render(summary)
+    stages = [ln.split()[0] for ln in table.splitlines() if ln[:1].isalpha() and "  " in ln]
+    assert stages.index("commands") == stages.index("enricher") + 1
+    assert row(table, "commands")[-1] == "27"
+    assert row(table, "- UNKNOWN_DEVICE")[-1] == "3"
+    assert row(table, "state now")[-1] == "27"
+    assert row(table, "- EXECUTED")[-1] == "24"

@@ -128,6 +128,19 @@ def scrape_of_the_services() -> str:
     ingest.rpc_call("headwater.ingest.v1.IngestService", "PublishTelemetry", "OK", 0.01)
     ingest.observe_inflight(lambda: (10, 1))
     ingest.observe_admission(lambda: 1, lambda: {"gw": 10})
+    from headwater.ingest.commands.service import CommandMetrics
+
+    commands = CommandMetrics(
+        provider.get_meter("headwater.ingest.commands"),
+        SimpleNamespace(size=3),  # type: ignore[arg-type]
+        SimpleNamespace(open_streams=1),  # type: ignore[arg-type]
+    )
+    commands.queued.add(1)
+    commands.delivered.add(1)
+    commands.expired.add(1)
+    commands.duplicates.add(1)
+    commands.reports.add(1, {"state": "EXECUTED", "reason": ""})
+    commands.delivery_duration.record(0.05)
     with tempfile.TemporaryDirectory() as tmp:
         stats = f"{tmp}/stats.jsonl"
         with open(stats, "w", encoding="utf-8") as f:

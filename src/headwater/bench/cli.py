@@ -24,6 +24,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the same run.",
     )
     commands = group.add_subparsers(dest="bench_command", required=True, metavar="COMMAND")
+    cmds = commands.add_parser(
+        "commands",
+        help="time from writing a command to its gateway storing it, and the replica cost",
+        description=(
+            "Start the embedded broker (or use --bootstrap) and the ingest server in its own "
+            "process, connect gateway clients from this one and write commands open loop. "
+            "Prints p50/p99 from created_time to: stored in the gateway's spool, DELIVERED "
+            "and EXECUTED written to command-status.v1; the ingest process's CPU per 1,000 "
+            "commands; a fresh replica's catch-up; and a 10,000-device book's memory. "
+            "See docs/benchmarks.md, Commands."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    cmds.add_argument("--rate", type=float, default=1000.0, help="commands per second")
+    cmds.add_argument("--seconds", type=float, default=30.0, help="how long to write")
+    cmds.add_argument("--devices", type=int, default=1000, help="devices, round robin")
+    cmds.add_argument("--gateways", type=int, default=10, help="gateways sharing the devices")
+    cmds.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    cmds.set_defaults(func=_commands)
     ingest = commands.add_parser(
         "ingest",
         help="the ingest path against a bare gRPC echo and the raw Kafka producers",
@@ -252,3 +271,9 @@ def _enricher(args: argparse.Namespace) -> int:
     from headwater.enricher.bench import main
 
     return main(list(args.forwarded))
+
+
+def _commands(args: argparse.Namespace) -> int:
+    from headwater.bench.command_bench import main_cli
+
+    return main_cli(args)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.devstack import vendors
+from headwater.devstack.commands import handle
 from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
@@ -129,7 +130,8 @@ class GatewaySimulator:
             frame_messages=batch,
             call_timeout_s=10.0,
         )
-        self._client = GatewayClient(self._spool, config, self._outcome)
+        # Every simulated gateway takes commands (devstack/commands.py).
+        self._client = GatewayClient(self._spool, config, self._outcome, commands=handle)
         self._enqueued_at: dict[str, float] = {}
         self._sent: dict[str, tuple[str, device_message_pb2.DeviceMessage]] = {}
         self._delivered: list[str] = []
@@ -137,6 +139,8 @@ class GatewaySimulator:
         self._born: set[str] = set()
 
     def _outcome(self, outcome: DeliveryReport) -> None:
+        if outcome.endpoint not in INGEST_TOPICS:
+            return  # command reports: the summary follows them by the commands' states
         if outcome.status == "delivered":
             topic = INGEST_TOPICS[outcome.endpoint]
             self._stats.acked.setdefault(

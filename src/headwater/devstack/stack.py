@@ -21,6 +21,7 @@ from typing import Any
 
 from headwater.devstack import state as stack_state
 from headwater.devstack.broker import EmbeddedBroker, free_port
+from headwater.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
 from headwater.devstack.progress import ProgressLine
 from headwater.devstack.readback import missing_acks, read_ingest
@@ -171,6 +172,21 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             late_master = asyncio.get_running_loop().call_later(
                 opts.duration_s / 2, _publish_master, bootstrap, fleet, True
             )
+            tally = CommandTally()
+            commanding = asyncio.create_task(
+                send_now_and_then(
+                    bootstrap,
+                    [
+                        (gw.tenant, d.device_id)
+                        for gw in fleet
+                        if gw.gateway_id != "gw-rogue"
+                        for d in gw.devices
+                    ],
+                    tally,
+                    started + opts.duration_s,
+                    random.Random(opts.seed),
+                )
+            )
             await run_fleet(
                 target,
                 fleet,
@@ -182,6 +198,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 opts.seed,
             )
             elapsed = time.monotonic() - started
+            await commanding
             late_master.cancel()
             progress.cancel()
             display.close()
@@ -200,6 +217,11 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             summary = build_summary(
                 stats, readback, missing_acks(stats.acked, readback), elapsed, enriched
             )
+            summary["commands"] = {
+                "sent": len(tally.sent),
+                "refused": dict(tally.refused),
+                "states": command_states(bootstrap, tally.sent),
+            }
         finally:
             display.close()
             for proc in procs:

@@ -164,6 +164,12 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
         ]
         stages.append(("enricher", rows))
+    commands = summary.get("commands")
+    if commands is not None:
+        rows = [("sent", str(commands["sent"]))]
+        rows += _counts("refused", commands["refused"])
+        rows += _counts("state now", commands["states"])
+        stages.append(("commands", rows))
     return [
         (stage if i == 0 else "", measure, value)
         for stage, rows in stages

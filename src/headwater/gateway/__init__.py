@@ -5,6 +5,7 @@ The names a gateway needs; the rest lives in the modules (see docs/gateway.md).
 
 from headwater.gateway.answers import DeliveryReport
 from headwater.gateway.client import GatewayClient
+from headwater.gateway.commands import CommandHandler, RejectCommand
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import (
     CallFailedError,
@@ -20,12 +21,14 @@ Outcome = DeliveryReport
 
 __all__ = [
     "CallFailedError",
+    "CommandHandler",
     "DeliveryReport",
     "Enqueued",
     "GatewayClient",
     "GatewayConfig",
     "GatewayError",
     "NewMessage",
+    "RejectCommand",
     "Spool",
     "SpoolFullError",
     "SpoolLimits",

@@ -12,8 +12,10 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from headwater.endpoints import COMMAND_STATUS
 from headwater.gateway.answers import DeliveryReport
 from headwater.gateway.channel import create_channel
+from headwater.gateway.commands import CommandHandler, CommandReceiver
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
@@ -37,6 +39,7 @@ class GatewayClient:
         config: GatewayConfig,
         on_outcome: Callable[[DeliveryReport], None] | None = None,
         metrics: GatewayMetrics | None = None,
+        commands: CommandHandler | None = None,
     ) -> None:
         """Send ``spool``'s messages as ``config`` says.
 
@@ -46,6 +49,9 @@ class GatewayClient:
             on_outcome: called (on the event loop) with every message's result: delivered
                 with its partition and offset, retry, or rejected.
             metrics: the instruments; default: on the global meter provider.
+            commands: the handler of commands from the cloud (``async def handle(command)
+                -> result bytes``); None: this gateway takes no commands. See
+                docs/commands.md.
         """
         self.spool = spool
         self.config = config
@@ -56,6 +62,13 @@ class GatewayClient:
             EndpointSender(ep, spool, self._channel, config, metrics, on_outcome, self._wake[ep])
             for ep in ENDPOINTS
         ]
+        self._receiver = (
+            CommandReceiver(
+                spool, self._channel, config, commands, lambda: self.notify(COMMAND_STATUS)
+            )
+            if commands is not None
+            else None
+        )
         self._running = False
 
     async def close(self) -> None:
@@ -111,7 +124,10 @@ class GatewayClient:
             raise RuntimeError("this GatewayClient is running already")
         self._running = True
         try:
-            await asyncio.gather(*(s.run(stop) for s in self._senders))
+            runs = [s.run(stop) for s in self._senders]
+            if self._receiver is not None:
+                runs.append(self._receiver.run(stop))
+            await asyncio.gather(*runs)
         finally:
             self._running = False
 

@@ -6,7 +6,10 @@
   outbox emptying, or numbers would restart);
 - ``rejected``: messages the service refused for good, with code, reason and explanation;
 - ``counters``: what happened, all time (delivered, retried, rejected, dropped_oldest,
-  expired, refused).
+  expired, refused);
+- ``commands``: commands received from the cloud, in arrival order (``seq``), one row per
+  (device, command id) so a command delivered twice is kept and run once; ``done`` once
+  its final state is spooled for sending (docs/commands.md).
 """
 
 SCHEMA = """
@@ -39,6 +42,16 @@ CREATE TABLE IF NOT EXISTS rejected (
     detail TEXT NOT NULL,
     rejected_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS commands (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    device_id TEXT NOT NULL,
+    command_id TEXT NOT NULL,
+    envelope BLOB NOT NULL,
+    received_ms INTEGER NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (device_id, command_id)
+);
+CREATE INDEX IF NOT EXISTS commands_waiting ON commands (seq) WHERE done = 0;
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL

@@ -19,7 +19,7 @@ import fcntl
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -145,9 +145,28 @@ class Spool:
         costs a disk flush each (docs/benchmarks.md, gateway spool).
         """
         batch = list(messages)
+        enqueued = self.enqueue_if(endpoint, lambda _db: batch, len(batch))
+        return enqueued or Enqueued((), (), 0)
+
+    def enqueue_if(
+        self,
+        endpoint: str,
+        step: Callable[[sqlite3.Connection], list[NewMessage]],
+        expected: int = 1,
+    ) -> Enqueued | None:
+        """Run ``step`` and spool the messages it returns: one transaction.
+
+        For state kept next to the outbox (the commands table): the state change and the
+        messages reporting it are on disk together or not at all. None when ``step``
+        returned no messages (nothing spooled). ``expected`` is how many messages a
+        refusal (spool full) counts.
+        """
         _check_endpoint(endpoint)
         now = _now_ms()
-        with self._transaction(len(batch)) as dropped:
+        with self._transaction(expected) as dropped:
+            batch = step(self._db)
+            if not batch:
+                return None
             expired = self._expire(now)
             sequences = self._next_sequences([new.device_id for new in batch])
             spooled = tuple(
@@ -157,6 +176,11 @@ class Spool:
             rows = [(m.message_id, endpoint, m.SerializeToString(), now) for m in spooled]
             self._insert_all(rows, dropped)
         return Enqueued(spooled, tuple(dropped), expired)
+
+    def read(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Run one read-only query on the spool file (for the commands table)."""
+        with self._mutex:
+            return list(self._db.execute(sql, params).fetchall())
 
     def _next_sequences(self, device_ids: list[str]) -> list[int]:
         """Take the next sequence numbers, in order: one upsert per device, not per message."""

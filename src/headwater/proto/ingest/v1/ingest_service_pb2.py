@@ -23,16 +23,17 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from headwater.proto.ingest.v1 import command_messages_pb2 as headwater_dot_ingest_dot_v1_dot_command__messages__pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(headwater/ingest/v1/ingest_service.proto\x12\x13headwater.ingest.v1\x1a)headwater/ingest/v1/ingest_messages.proto2\xc3\x03\n\rIngestService\x12o\n\x10PublishTelemetry\x12,.headwater.ingest.v1.PublishTelemetryRequest\x1a-.headwater.ingest.v1.PublishTelemetryResponse\x12p\n\x0fStreamTelemetry\x12+.headwater.ingest.v1.StreamTelemetryRequest\x1a,.headwater.ingest.v1.StreamTelemetryResponse(\x01\x30\x01\x12\x66\n\rPublishAlarms\x12).headwater.ingest.v1.PublishAlarmsRequest\x1a*.headwater.ingest.v1.PublishAlarmsResponse\x12g\n\x0cStreamAlarms\x12(.headwater.ingest.v1.StreamAlarmsRequest\x1a).headwater.ingest.v1.StreamAlarmsResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(headwater/ingest/v1/ingest_service.proto\x12\x13headwater.ingest.v1\x1a*headwater/ingest/v1/command_messages.proto\x1a)headwater/ingest/v1/ingest_messages.proto2\xb0\x06\n\rIngestService\x12o\n\x10PublishTelemetry\x12,.headwater.ingest.v1.PublishTelemetryRequest\x1a-.headwater.ingest.v1.PublishTelemetryResponse\x12p\n\x0fStreamTelemetry\x12+.headwater.ingest.v1.StreamTelemetryRequest\x1a,.headwater.ingest.v1.StreamTelemetryResponse(\x01\x30\x01\x12\x66\n\rPublishAlarms\x12).headwater.ingest.v1.PublishAlarmsRequest\x1a*.headwater.ingest.v1.PublishAlarmsResponse\x12g\n\x0cStreamAlarms\x12(.headwater.ingest.v1.StreamAlarmsRequest\x1a).headwater.ingest.v1.StreamAlarmsResponse(\x01\x30\x01\x12{\n\x14PublishCommandStatus\x12\x30.headwater.ingest.v1.PublishCommandStatusRequest\x1a\x31.headwater.ingest.v1.PublishCommandStatusResponse\x12|\n\x13StreamCommandStatus\x12/.headwater.ingest.v1.StreamCommandStatusRequest\x1a\x30.headwater.ingest.v1.StreamCommandStatusResponse(\x01\x30\x01\x12p\n\x0fReceiveCommands\x12+.headwater.ingest.v1.ReceiveCommandsRequest\x1a,.headwater.ingest.v1.ReceiveCommandsResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'headwater.ingest.v1.ingest_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INGESTSERVICE']._serialized_start=109
-  _globals['_INGESTSERVICE']._serialized_end=560
+  _globals['_INGESTSERVICE']._serialized_start=153
+  _globals['_INGESTSERVICE']._serialized_end=969
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@
 import grpc
 import warnings
 
+from headwater.proto.ingest.v1 import command_messages_pb2 as headwater_dot_ingest_dot_v1_dot_command__messages__pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -60,6 +61,21 @@ class IngestServiceStub:
                 request_serializer=headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsRequest.SerializeToString,
                 response_deserializer=headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsResponse.FromString,
                 _registered_method=True)
+        self.PublishCommandStatus = channel.unary_unary(
+                '/headwater.ingest.v1.IngestService/PublishCommandStatus',
+                request_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusRequest.SerializeToString,
+                response_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusResponse.FromString,
+                _registered_method=True)
+        self.StreamCommandStatus = channel.stream_stream(
+                '/headwater.ingest.v1.IngestService/StreamCommandStatus',
+                request_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusRequest.SerializeToString,
+                response_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusResponse.FromString,
+                _registered_method=True)
+        self.ReceiveCommands = channel.stream_stream(
+                '/headwater.ingest.v1.IngestService/ReceiveCommands',
+                request_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsRequest.SerializeToString,
+                response_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsResponse.FromString,
+                _registered_method=True)
 
 
 class IngestServiceServicer:
@@ -99,6 +115,31 @@ class IngestServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishCommandStatus(self, request, context):
+        """PublishCommandStatus writes a batch of command status reports (DELIVERED, EXECUTED,
+        FAILED, REJECTED) to ingest.command-status.v1; ingest relays them to
+        command-status.v1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamCommandStatus(self, request_iterator, context):
+        """StreamCommandStatus is a long-lived bidirectional stream of command status frames.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReceiveCommands(self, request_iterator, context):
+        """ReceiveCommands delivers the commands of the devices bound to the calling gateway,
+        in per-device order, at least once; the gateway acknowledges each one on the same
+        stream. A command is resent until acknowledged, and never sent past its expiry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IngestServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +162,21 @@ def add_IngestServiceServicer_to_server(servicer, server):
                     servicer.StreamAlarms,
                     request_deserializer=headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsRequest.FromString,
                     response_serializer=headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsResponse.SerializeToString,
+            ),
+            'PublishCommandStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishCommandStatus,
+                    request_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusRequest.FromString,
+                    response_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusResponse.SerializeToString,
+            ),
+            'StreamCommandStatus': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamCommandStatus,
+                    request_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusRequest.FromString,
+                    response_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusResponse.SerializeToString,
+            ),
+            'ReceiveCommands': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReceiveCommands,
+                    request_deserializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsRequest.FromString,
+                    response_serializer=headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -236,6 +292,87 @@ class IngestService:
             '/headwater.ingest.v1.IngestService/StreamAlarms',
             headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsRequest.SerializeToString,
             headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2.StreamAlarmsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishCommandStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.ingest.v1.IngestService/PublishCommandStatus',
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusRequest.SerializeToString,
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.PublishCommandStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamCommandStatus(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headwater.ingest.v1.IngestService/StreamCommandStatus',
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusRequest.SerializeToString,
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.StreamCommandStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReceiveCommands(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headwater.ingest.v1.IngestService/ReceiveCommands',
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsRequest.SerializeToString,
+            headwater_dot_ingest_dot_v1_dot_command__messages__pb2.ReceiveCommandsResponse.FromString,
             options,
             channel_credentials,
             insecure,

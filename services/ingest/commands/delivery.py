@@ -1,0 +1,267 @@
+"""ReceiveCommands: deliver a gateway's commands on its stream, take its acknowledgements.
+
+Whose commands: the calling gateway's tenant, devices its tokens-file patterns match
+(the same binding that decides which devices it may publish for). Order: a device's
+commands go out in log order on one stream; a stream that ends with commands unacked
+leaves them in the book, and the next stream (on any replica) sends them again, first.
+So: per-device order, at least once; the gateway stores a command id once.
+
+Flow control: at most ``max_unacked`` commands are out on a stream; the next one waits
+for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from headwater.commands import model
+from headwater.endpoints import SERVICE_NAME
+from headwater.ingest.auth import Authenticator, Gateway
+from headwater.ingest.errors import (
+    IngestError,
+    InvalidMessageError,
+    OverloadedError,
+    UnauthenticatedError,
+)
+from headwater.ingest.status import to_rpc_status
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.proto.ingest.v1 import command_messages_pb2 as api
+
+from .book import CommandBook, CommandKey, DeviceKey, Entry
+from .settings import CommandSettings
+
+log = logging.getLogger(__name__)
+METHOD = "ReceiveCommands"
+
+
+@dataclass(eq=False)
+class CommandStream:
+    """One open ReceiveCommands stream."""
+
+    gateway: Gateway
+    window: asyncio.Semaphore
+    #: Devices to look at for commands to send.
+    dirty: set[DeviceKey] = field(default_factory=set)
+    #: Sent and not yet acknowledged, with the time sent.
+    unacked: dict[CommandKey, float] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Whether this stream's gateway is bound to a device (fnmatch is not free).
+    bound: dict[str, bool] = field(default_factory=dict)
+
+    def serves(self, device: DeviceKey) -> bool:
+        """True if the device is this stream's gateway's."""
+        tenant, device_id = device
+        if tenant != self.gateway.tenant:
+            return False
+        if device_id not in self.bound:
+            self.bound[device_id] = self.gateway.may_speak_for(device_id)
+        return self.bound[device_id]
+
+
+class CommandDelivery:
+    """Serves ReceiveCommands from one book (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: CommandSettings,
+        book: CommandBook,
+        authenticator: Authenticator,
+        caught_up: asyncio.Event,
+        on_delivered: Callable[[Entry, str], None],
+    ) -> None:
+        self._settings = settings
+        self._book = book
+        self._auth = authenticator
+        self._caught_up = caught_up
+        self._on_delivered = on_delivered
+        self._streams: dict[str, set[CommandStream]] = {}
+        book.on_added = self._added
+
+    @property
+    def open_streams(self) -> int:
+        """Streams open now."""
+        return sum(len(s) for s in self._streams.values())
+
+    def rpc_handler(self) -> grpc.GenericRpcHandler:
+        """The handler of ReceiveCommands, to add next to the servicer's."""
+        method = grpc.stream_stream_rpc_method_handler(
+            self._receive,
+            request_deserializer=api.ReceiveCommandsRequest.FromString,
+            response_serializer=api.ReceiveCommandsResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method})
+
+    def _added(self, device: DeviceKey) -> None:
+        """A command for ``device`` arrived: wake the streams that serve it."""
+        for stream in self._streams.get(device[0], ()):
+            if stream.serves(device):
+                stream.dirty.add(device)
+                stream.wake.set()
+
+    async def _receive(
+        self,
+        requests: AsyncIterator[api.ReceiveCommandsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[api.ReceiveCommandsResponse]:
+        try:
+            gateway = self._auth.authenticate(
+                context.invocation_metadata() or (), context.auth_context()
+            )
+            open_frame = await anext(aiter(requests), None)
+            if open_frame is None or open_frame.WhichOneof("frame") != "open":
+                raise InvalidMessageError(
+                    "the first frame of ReceiveCommands must be 'open'", reason="MALFORMED_REQUEST"
+                )
+            mine = self._streams.setdefault(gateway.tenant, set())
+            same_gateway = sum(1 for s in mine if s.gateway.gateway_id == gateway.gateway_id)
+            if same_gateway >= self._settings.max_streams_per_gateway:
+                raise OverloadedError(
+                    f"gateway {gateway.gateway_id!r} has {same_gateway} command streams open; "
+                    f"at most {self._settings.max_streams_per_gateway}. Open one per gateway",
+                    retry_delay_s=5.0,
+                    limit="command_streams_per_gateway",
+                    setting="HEADWATER_INGEST_COMMANDS_MAX_STREAMS_PER_GATEWAY",
+                    limit_value=self._settings.max_streams_per_gateway,
+                    subject=f"gateway:{gateway.gateway_id}",
+                )
+        except IngestError as err:
+            log.info(err.message, extra={"method": METHOD, "code": err.code.name})
+            await context.abort_with_status(to_rpc_status(err))
+            return
+        want = open_frame.open.max_unacked or self._settings.max_unacked
+        stream = CommandStream(gateway, asyncio.Semaphore(min(want, self._settings.max_unacked)))
+        mine.add(stream)
+        answers: asyncio.Queue[api.ReceiveCommandsResponse] = asyncio.Queue()
+        acks = asyncio.create_task(self._read_acks(stream, requests, answers))
+        log.info(
+            "command stream opened",
+            extra={"gateway": gateway.gateway_id, "tenant": gateway.tenant},
+        )
+        generation = self._auth.generation()
+        try:
+            await self._caught_up.wait()
+            stream.dirty.update(d for d in self._book.devices(gateway.tenant) if stream.serves(d))
+            while not acks.done():
+                generation = self._recheck(stream, generation, context)
+                stream.wake.clear()
+                while not answers.empty():
+                    yield answers.get_nowait()
+                async for command in self._due(stream):
+                    yield api.ReceiveCommandsResponse(command=command)
+                    while not answers.empty():
+                        yield answers.get_nowait()
+                if not stream.dirty and answers.empty():
+                    await _first(stream.wake.wait(), acks)
+        except UnauthenticatedError as err:  # revoked or removed while the stream was open
+            log.info(err.message, extra={"method": METHOD, "gateway": gateway.gateway_id})
+            await context.abort_with_status(to_rpc_status(err))
+        finally:
+            acks.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acks
+            mine.discard(stream)
+            log.info(
+                "command stream closed",
+                extra={"gateway": gateway.gateway_id, "unacked": len(stream.unacked)},
+            )
+
+    def _recheck(
+        self, stream: CommandStream, generation: int, context: grpc.aio.ServicerContext
+    ) -> int:
+        """Authenticate again when the tokens file changed; raise UnauthenticatedError.
+
+        A revoked gateway loses its stream at the next wake-up (at most a second later);
+        a changed binding applies to the commands sent from then on.
+        """
+        now = self._auth.generation()
+        if now == generation:
+            return now
+        gateway = self._auth.authenticate(
+            context.invocation_metadata() or (), context.auth_context()
+        )
+        if gateway != stream.gateway:
+            stream.gateway = gateway
+            stream.bound.clear()
+            stream.dirty.update(d for d in self._book.devices(gateway.tenant) if stream.serves(d))
+        return now
+
+    async def _due(self, stream: CommandStream) -> AsyncIterator[Command]:
+        """The commands of the stream's dirty devices not sent on it yet, device by device."""
+        while stream.dirty:
+            device = stream.dirty.pop()
+            for entry in self._book.waiting(device):
+                if entry.key in stream.unacked:
+                    continue
+                if model.expired(entry.command):
+                    continue  # the expiry check marks it EXPIRED; never delivered
+                await stream.window.acquire()
+                if self._book.get(entry.key) is None:  # delivered elsewhere meanwhile
+                    stream.window.release()
+                    continue
+                stream.unacked[entry.key] = time.monotonic()
+                yield entry.command
+
+    async def _read_acks(
+        self,
+        stream: CommandStream,
+        requests: AsyncIterator[api.ReceiveCommandsRequest],
+        answers: asyncio.Queue[api.ReceiveCommandsResponse],
+    ) -> None:
+        async for request in requests:
+            if request.WhichOneof("frame") != "ack":
+                continue  # a second "open" changes nothing
+            error = self._ack(stream, request.ack)
+            if error is not None:
+                answers.put_nowait(api.ReceiveCommandsResponse(ack_error=error))
+                stream.wake.set()
+
+    def _ack(self, stream: CommandStream, ack: api.CommandAck) -> api.CommandAckError | None:
+        gateway = stream.gateway
+        key = (gateway.tenant, ack.device_id, ack.command_id)
+        if stream.unacked.pop(key, None) is not None:
+            stream.window.release()
+        elif not gateway.may_speak_for(ack.device_id):
+            log.warning(
+                "a gateway acknowledged a command of a device not bound to it",
+                extra={"gateway": gateway.gateway_id, "device_id": ack.device_id},
+            )
+            return api.CommandAckError(
+                command_id=ack.command_id,
+                reason="COMMAND_NOT_YOURS",
+                message=f"device {ack.device_id!r} is not bound to gateway "
+                f"{gateway.gateway_id!r} (tenant {gateway.tenant!r}); nothing was acknowledged",
+            )
+        elif not self._book.known(key):
+            return api.CommandAckError(
+                command_id=ack.command_id,
+                reason="UNKNOWN_COMMAND",
+                message=f"no command {ack.command_id!r} for device {ack.device_id!r} of "
+                f"tenant {gateway.tenant!r}; nothing was acknowledged",
+            )
+        entry = self._book.finish(key, CommandState.COMMAND_STATE_DELIVERED)
+        if entry is not None:
+            self._on_delivered(entry, gateway.gateway_id)
+        return None
+
+
+#: Longest sleep of an idle stream: how soon it notices a revoked token.
+_IDLE_CHECK_S = 1.0
+
+
+async def _first(wait: Awaitable[object], acks: asyncio.Task[None]) -> None:
+    """Wait for ``wait`` or for the ack reader to end, a second at most."""
+    waiter = asyncio.ensure_future(wait)
+    try:
+        await asyncio.wait(
+            {waiter, acks}, timeout=_IDLE_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiter.cancel()

@@ -1,0 +1,148 @@
+"""Keep the book up to date: read commands.v1 and command-status.v1 from their start.
+
+Partitions are assigned, never a group joined: every replica reads everything (that is
+how a replica learns the commands of whichever gateway connects to it). The book is
+"caught up" once the end offsets seen at start are reached; delivery waits for that, so
+a restarted replica does not resend commands whose DELIVERED it has not read yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from headwater.kafka.settings import KafkaSettings
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandStatus
+
+from .book import CommandBook
+
+log = logging.getLogger(__name__)
+CLIENT_ROLE = "headwater-ingest-commands"
+#: Records taken per poll of the consumer.
+_BATCH = 500
+
+
+class CommandFeed:
+    """Reads both topics into the book until cancelled (see the module docstring)."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        book: CommandBook,
+        commands_topic: str,
+        status_topic: str,
+        on_command: Any = None,
+    ) -> None:
+        self._kafka = kafka
+        self._book = book
+        self._commands_topic = commands_topic
+        self._status_topic = status_topic
+        self._on_command = on_command or (lambda _command, _new: None)
+        #: Set once the ends seen at start are read.
+        self.caught_up = asyncio.Event()
+
+    async def run(self) -> None:
+        """Read until cancelled; retry while the topics do not exist."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            self._kafka.consumer_config(CLIENT_ROLE, f"{CLIENT_ROLE}-{uuid.uuid4().hex[:8]}")
+            | {"enable.partition.eof": False}
+        )
+        try:
+            ends = await self._assign(consumer)
+            if not ends:
+                self.caught_up.set()
+            while True:
+                batch = await asyncio.to_thread(_poll, consumer)
+                for msg in batch:
+                    self._take(msg)
+                    end = ends.get((msg.topic(), msg.partition()))
+                    if end is not None and msg.offset() + 1 >= end:
+                        del ends[(msg.topic(), msg.partition())]
+                        if not ends:
+                            self.caught_up.set()
+                            log.info("command book caught up", extra={"waiting": self._book.size})
+        finally:
+            await asyncio.to_thread(consumer.close)
+
+    async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
+        """Assign every partition of both topics from the start; return the non-empty ends.
+
+        Retried while the topics are missing or their partitions have no leader yet (just
+        created, or a broker moving leaders): the book waits, ingest serves meanwhile.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
+
+        delay = 1.0
+        while True:
+            try:
+                found = await asyncio.to_thread(self._partitions, consumer)
+                if found is not None:
+                    ends: dict[tuple[str, int], int] = {}
+                    assignment = []
+                    for topic, partition in found:
+                        tp = TopicPartition(topic, partition)
+                        low, high = await asyncio.to_thread(consumer.get_watermark_offsets, tp, 10)
+                        assignment.append(TopicPartition(topic, partition, low))
+                        if high > low:
+                            ends[(topic, partition)] = high
+                    consumer.assign(assignment)
+                    return ends
+                problem = "missing"
+            except KafkaException as exc:
+                problem = str(exc.args[0]) if exc.args else repr(exc)
+            log.warning(
+                "command topics missing or not ready; commands cannot be delivered until they "
+                "are. Create them with `headwater topics ensure`",
+                extra={
+                    "topics": [self._commands_topic, self._status_topic],
+                    "problem": problem,
+                    "retry_in_s": delay,
+                },
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _partitions(self, consumer: Any) -> list[tuple[str, int]] | None:
+        found = []
+        for topic in (self._commands_topic, self._status_topic):
+            metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if metadata is None or metadata.error is not None:
+                return None
+            found += [(topic, p) for p in metadata.partitions]
+        return found
+
+    def _take(self, msg: Any) -> None:
+        value = msg.value()
+        if not value:
+            return
+        try:
+            if msg.topic() == self._commands_topic:
+                command = Command.FromString(value)
+                self._on_command(command, self._book.add(command))
+            else:
+                self._book.apply(CommandStatus.FromString(value))
+        except DecodeError:
+            log.warning(
+                "skipping a record that is not a command or a command status",
+                extra={"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()},
+            )
+
+
+def _poll(consumer: Any) -> list[Any]:
+    """Wait for the first record (up to 0.5 s), then take what else is there at once.
+
+    ``consume(n, timeout)`` would wait for n records or the whole timeout: delivery
+    latency. ``poll`` returns as soon as one arrives.
+    """
+    first = consumer.poll(0.5)
+    if first is None:
+        return []
+    batch = [first, *consumer.consume(_BATCH - 1, 0)]
+    return [m for m in batch if not m.error()]

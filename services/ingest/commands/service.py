@@ -1,0 +1,222 @@
+"""The command parts of one ingest replica: book, feed, relay, delivery, expiry, metrics.
+
+``IngestServer`` builds one when commands are enabled and adds :meth:`rpc_handler` next
+to the servicer's; that is the whole hook into the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+from opentelemetry.metrics import Meter, Observation
+
+from headwater.commands import model
+from headwater.ingest.auth import Authenticator
+from headwater.ingest.producer import RecordWriter
+from headwater.kafka.settings import KafkaSettings
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
+from headwater.runtime.telemetry import SECONDS_BUCKETS
+from headwater.topics import COMMAND_REPORTS_TOPIC, COMMAND_STATUS_TOPIC, COMMANDS_TOPIC
+
+from .book import CommandBook, Entry
+from .delivery import CommandDelivery
+from .feed import CommandFeed
+from .relay import StatusRelay
+from .settings import CommandSettings
+
+log = logging.getLogger(__name__)
+
+
+class CommandMetrics:
+    """Instruments of command delivery; names carry their unit.
+
+    Prometheus: headwater_ingest_commands_queued_total, headwater_ingest_commands_delivered_total,
+    headwater_ingest_commands_expired_total, headwater_ingest_commands_duplicate_total,
+    headwater_ingest_command_reports_total, headwater_ingest_command_delivery_duration_seconds,
+    headwater_ingest_commands_waiting, headwater_ingest_command_streams.
+    """
+
+    def __init__(self, meter: Meter, book: CommandBook, delivery: CommandDelivery) -> None:
+        self.queued = meter.create_counter(
+            "headwater.ingest.commands.queued",
+            unit="{command}",
+            description="Commands read from commands.v1 and waiting for delivery",
+        )
+        self.duplicates = meter.create_counter(
+            "headwater.ingest.commands.duplicate",
+            unit="{command}",
+            description="Records of commands.v1 whose command id was known: not delivered again",
+        )
+        self.delivered = meter.create_counter(
+            "headwater.ingest.commands.delivered",
+            unit="{command}",
+            description="Commands acknowledged by their gateway on this replica",
+        )
+        self.expired = meter.create_counter(
+            "headwater.ingest.commands.expired",
+            unit="{command}",
+            description="Commands past their expiry before delivery, marked EXPIRED",
+        )
+        self.reports = meter.create_counter(
+            "headwater.ingest.command.reports",
+            unit="{report}",
+            description="Gateway reports relayed (reason empty) or dropped (reason set)",
+        )
+        self.delivery_duration = meter.create_histogram(
+            "headwater.ingest.command.delivery.duration",
+            unit="s",
+            description="Time from a command's created_time to its gateway's acknowledgement",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+        meter.create_observable_gauge(
+            "headwater.ingest.commands.waiting",
+            [lambda _o: [Observation(book.size)]],
+            unit="{command}",
+            description="Commands in this replica's book: not yet delivered nor expired",
+        )
+        meter.create_observable_gauge(
+            "headwater.ingest.command.streams",
+            [lambda _o: [Observation(delivery.open_streams)]],
+            unit="{stream}",
+            description="Open ReceiveCommands streams on this replica",
+        )
+
+
+class CommandService:
+    """Runs the command parts of a replica (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: CommandSettings,
+        kafka: KafkaSettings,
+        writer: RecordWriter,
+        authenticator: Authenticator,
+        meter: Meter,
+    ) -> None:
+        self.settings = settings
+        self._writer = writer
+        self.book = CommandBook(settings.remembered_ids)
+        prefix = settings.topic_prefix
+        self._status_topic = prefix + COMMAND_STATUS_TOPIC
+        self.feed = CommandFeed(
+            kafka, self.book, prefix + COMMANDS_TOPIC, self._status_topic, self._read
+        )
+        self.delivery = CommandDelivery(
+            settings, self.book, authenticator, self.feed.caught_up, self._delivered
+        )
+        self.metrics = CommandMetrics(meter, self.book, self.delivery)
+        self.relay = StatusRelay(
+            kafka,
+            writer,
+            self.book,
+            self.feed.caught_up,
+            COMMAND_REPORTS_TOPIC,
+            self._status_topic,
+            settings.relay_group,
+            self._relayed,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def rpc_handler(self) -> grpc.GenericRpcHandler:
+        """The ReceiveCommands handler."""
+        return self.delivery.rpc_handler()
+
+    def start(self) -> None:
+        """Start reading, relaying and expiring in the background."""
+        self._tasks = [
+            # Run again after a failure: the same book, read again from the start (adding a
+            # known command or applying a known status again changes nothing).
+            asyncio.create_task(_again(self.feed.run, "feed")),
+            asyncio.create_task(_again(self.relay.run, "relay")),
+            asyncio.create_task(_logged(self._expire_forever(), "expiry")),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the background work (streams end with the gRPC server)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _read(self, command: Command, new: bool) -> None:
+        (self.metrics.queued if new else self.metrics.duplicates).add(1)
+
+    def _delivered(self, entry: Entry, gateway_id: str) -> None:
+        self.metrics.delivered.add(1)
+        self.metrics.delivery_duration.record(max(0.0, (model.now_ms() - entry.created_ms) / 1000))
+
+    def _relayed(self, status: CommandStatus | None, reason: str) -> None:
+        state = model.state_name(status.state) if status is not None else ""
+        self.metrics.reports.add(1, {"state": state, "reason": reason})
+
+    async def _expire_forever(self) -> None:
+        """Mark commands past their expiry EXPIRED (every replica does; see docs)."""
+        await self.feed.caught_up.wait()
+        while True:
+            for entry in self.book.take_expired(model.now_ms()):
+                status = model.status_of(
+                    entry.command,
+                    CommandState.COMMAND_STATE_EXPIRED,
+                    reason="NOT_DELIVERED_BEFORE_EXPIRY",
+                )
+                try:
+                    await self._writer.send(
+                        self._status_topic,
+                        model.command_key(entry.command),
+                        status.SerializeToString(),
+                        [],
+                    )
+                except Exception as exc:  # the next replica's check, or our restart, retries
+                    log.warning(
+                        "cannot write an EXPIRED status",
+                        extra={"command_id": entry.command.command_id, "error": repr(exc)},
+                    )
+                self.metrics.expired.add(1)
+                log.info(
+                    "command expired before delivery",
+                    extra={
+                        "command_id": entry.command.command_id,
+                        "device_id": entry.command.device_id,
+                        "tenant": entry.command.tenant,
+                    },
+                )
+            await asyncio.sleep(self.settings.expiry_check_seconds)
+
+
+async def _again(run: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run ``run`` again after a failure: a new consumer resumes from the committed offsets.
+
+    The relay commits only what it wrote, so a failure (the producer not connected yet, a
+    broker outage) means the uncommitted reports are read again, not lost.
+    """
+    delay = 0.5
+    while True:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "command %s failed; starting it again",
+                name,
+                extra={"part": name, "error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+async def _logged(work: object, name: str) -> None:
+    """Run a background coroutine; log (not swallow silently) how it ended."""
+    try:
+        await work  # type: ignore[misc]
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("command %s stopped", name, extra={"part": name})
+        raise

@@ -1,0 +1,55 @@
+"""Settings of the command parts of an ingest replica (HEADWATER_INGEST_COMMANDS_*)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from headwater.runtime.env import env_bool, env_float, env_int, env_str
+
+
+@dataclass(frozen=True)
+class CommandSettings:
+    """How a replica delivers commands and relays their status reports."""
+
+    #: Serve ReceiveCommands and relay reports at all.
+    enabled: bool = True
+    #: Prefix of commands.v1 and command-status.v1 (the reports topic has none: it is an
+    #: endpoint's, see headwater.endpoints).
+    topic_prefix: str = ""
+    #: Consumer group of the relay; every replica joins it, so each report is relayed once.
+    relay_group: str = "headwater-ingest-command-relay"
+    #: Commands sent on one stream and not yet acknowledged, at most.
+    max_unacked: int = 64
+    #: Open ReceiveCommands streams per gateway, at most (one is normal: a reconnect
+    #: briefly makes two).
+    max_streams_per_gateway: int = 2
+    #: Ids of delivered and finished commands remembered, so a repeated command id or a
+    #: late report is recognised. Oldest are forgotten first.
+    remembered_ids: int = 1_000_000
+    #: How often commands past their expiry are looked for and marked EXPIRED.
+    expiry_check_seconds: float = 1.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> CommandSettings:
+        """Read the settings from the environment; raise SettingError on a bad value."""
+        env = os.environ if env is None else env
+        return cls(
+            enabled=env_bool(env, "HEADWATER_INGEST_COMMANDS_ENABLED", cls.enabled),
+            topic_prefix=env_str(env, "HEADWATER_INGEST_COMMANDS_TOPIC_PREFIX", ""),
+            relay_group=env_str(env, "HEADWATER_INGEST_COMMANDS_RELAY_GROUP", cls.relay_group),
+            max_unacked=env_int(env, "HEADWATER_INGEST_COMMANDS_MAX_UNACKED", cls.max_unacked, 1),
+            max_streams_per_gateway=env_int(
+                env,
+                "HEADWATER_INGEST_COMMANDS_MAX_STREAMS_PER_GATEWAY",
+                cls.max_streams_per_gateway,
+                1,
+            ),
+            remembered_ids=env_int(
+                env, "HEADWATER_INGEST_COMMANDS_REMEMBERED_IDS", cls.remembered_ids, 1000
+            ),
+            expiry_check_seconds=env_float(
+                env, "HEADWATER_INGEST_COMMANDS_EXPIRY_CHECK_SECONDS", 1.0, 0.05
+            ),
+        )

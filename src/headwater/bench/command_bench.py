@@ -1,0 +1,343 @@
+"""``headwater bench commands``: how fast a written command reaches its connected gateway.
+
+One run starts the embedded broker (or uses ``--bootstrap``) and ``headwater ingest
+serve`` in its own process (commands on, topics under a fresh prefix), connects
+``--gateways`` gateway clients from this process (each bound to its share of
+``--devices`` devices, its own spool, a handler that does nothing) and writes commands
+open loop at ``--rate`` per second, round robin over the devices, for ``--seconds``.
+
+Measured per command, from its ``created_time`` (set as it is written):
+
+- stored: the gateway's spool has it (what the gateway acknowledges right after);
+- DELIVERED written: the broker timestamp of its DELIVERED record on command-status.v1
+  (through the gateway's report sender, ingest and the relay);
+- EXECUTED written: the same for EXECUTED.
+
+Then the cost of "every replica reads every command": a fresh command book is filled
+from the run's topics (catch-up time, records per second) and a book of one waiting
+command for each of 10,000 devices is measured (memory).
+
+The sender here writes Command records with one producer (linger 5 ms), not through
+``CommandSender`` (a flush per command, and a QUEUED record each): the target is about
+delivery, not about the sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+from typing import Any
+
+from headwater.bench import server_proc
+from headwater.bench.loadgen import percentile_ms
+from headwater.bench.report import machine
+from headwater.devstack.broker import EmbeddedBroker, free_port
+from headwater.ingest.auth import hash_token
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
+from headwater.topics import (
+    COMMAND_REPORTS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
+    TopicSpec,
+    scoped_key,
+)
+
+TENANT = "bench"
+
+
+def _tokens(gateways: int) -> str:
+    lines = ["gateways:"]
+    for g in range(gateways):
+        lines += [
+            f"  - id: gw-{g}",
+            f"    tenant: {TENANT}",
+            f"    token_sha256: {hash_token(f'token-{g}')}",
+            f'    devices: ["g{g}-*"]',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _start_ingest(servers: str, port: int, prefix: str, tokens: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": servers,
+        "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
+        "HEADWATER_INGEST_METRICS_PORT": "0",
+        "HEADWATER_INGEST_TOKENS_FILE": str(tokens),
+        "HEADWATER_INGEST_COMMANDS_TOPIC_PREFIX": prefix,
+        "HEADWATER_INGEST_COMMANDS_RELAY_GROUP": f"{prefix}relay",
+        "HEADWATER_LOG_LEVEL": "ERROR",
+    }
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    headwater = str(Path(sys.executable).parent / "headwater")
+    return subprocess.Popen(
+        [headwater, "ingest", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _write_commands(
+    kafka: KafkaSettings, topic: str, devices: list[str], rate: float, seconds: float
+) -> list[str]:
+    """Write commands open loop at ``rate``/s; return their ids in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer(kafka.producer_config("headwater-bench-commands") | {"linger.ms": 5})
+    ids: list[str] = []
+    started = time.monotonic()
+    total = int(rate * seconds)
+    for n in range(total):
+        due = started + n / rate
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        now_ms = int(time.time() * 1000)
+        device = devices[n % len(devices)]
+        command = Command(
+            command_id=f"b{n}", tenant=TENANT, device_id=device, name="noop", payload=b"{}"
+        )
+        command.created_time.FromMilliseconds(now_ms)
+        command.expires_time.FromMilliseconds(now_ms + 600_000)
+        producer.produce(topic, command.SerializeToString(), scoped_key(TENANT, device))
+        producer.poll(0)
+        ids.append(command.command_id)
+    producer.flush(30)
+    return ids
+
+
+async def _gateways(
+    target: str,
+    gateways: int,
+    workdir: Path,
+    stored: dict[str, float],
+    executed: dict[str, float],
+    stop: asyncio.Event,
+) -> None:
+    from headwater.gateway import GatewayClient, GatewayConfig, Spool
+
+    async def handle(command: Command) -> bytes:
+        executed[command.command_id] = time.time()
+        return b""
+
+    async def one(g: int) -> None:
+        config = GatewayConfig(target=target, token=f"token-{g}", backoff_initial_s=0.05)
+        with Spool(workdir / f"gw-{g}.db", synchronous="NORMAL") as spool:
+            async with GatewayClient(spool, config, commands=handle) as client:
+                receiver = client._receiver
+                assert receiver is not None
+                store_many = receiver.store_many
+
+                def timed_store(commands: list[Command]) -> int:
+                    new = store_many(commands)
+                    now = time.time()
+                    for command in commands:
+                        stored.setdefault(command.command_id, now)
+                    return new
+
+                receiver.store_many = timed_store  # type: ignore[method-assign]
+                await client.run(stop)
+
+    await asyncio.gather(*(one(g) for g in range(gateways)))
+
+
+def _read_statuses(kafka: KafkaSettings, topic: str) -> dict[tuple[str, int], int]:
+    """First broker timestamp (ms) of each (command id, state)."""
+    from headwater.devstack.readback import read_topic
+
+    first: dict[tuple[str, int], int] = {}
+    for msg in read_topic(kafka, topic, timeout_s=120):
+        status = CommandStatus.FromString(msg.value() or b"")
+        first.setdefault((status.command_id, status.state), msg.timestamp()[1])
+    return first
+
+
+async def _catch_up_cost(kafka: KafkaSettings, prefix: str) -> dict[str, Any]:
+    """A fresh replica's book: time to read the run's topics to their end."""
+    from headwater.ingest.commands.book import CommandBook
+    from headwater.ingest.commands.feed import CommandFeed
+
+    book = CommandBook()
+    feed = CommandFeed(kafka, book, prefix + COMMANDS_TOPIC, prefix + COMMAND_STATUS_TOPIC)
+    started = time.monotonic()
+    cpu = time.process_time()
+    task = asyncio.create_task(feed.run())
+    await asyncio.wait_for(feed.caught_up.wait(), 300)
+    elapsed = time.monotonic() - started
+    used = time.process_time() - cpu
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return {"catch_up_s": round(elapsed, 2), "catch_up_cpu_s": round(used, 2), "waiting": book.size}
+
+
+def _book_memory(devices: int = 10_000) -> dict[str, Any]:
+    """Bytes held by a book with one waiting command per device, and time per add."""
+    from headwater.ingest.commands.book import CommandBook
+
+    commands = []
+    now = int(time.time() * 1000)
+    for d in range(devices):
+        c = Command(command_id=uuid.uuid4().hex, tenant=TENANT, device_id=f"d{d}", name="noop")
+        c.payload = b'{"setpoint": 21.5}'
+        c.created_time.FromMilliseconds(now)
+        c.expires_time.FromMilliseconds(now + 600_000)
+        commands.append(c)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    book = CommandBook()
+    started = time.perf_counter()
+    for c in commands:
+        book.add(c)
+    add_s = time.perf_counter() - started
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return {
+        "devices": devices,
+        "book_bytes": held,
+        "bytes_per_waiting_command": round(held / devices),
+        "add_us": round(add_s / devices * 1e6, 1),
+    }
+
+
+def run(
+    rate: float, seconds: float, devices: int, gateways: int, bootstrap: str | None
+) -> dict[str, Any]:
+    """Run the benchmark; return the figures."""
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "options": {"rate": rate, "seconds": seconds, "devices": devices, "gateways": gateways},
+    }
+    broker = None if bootstrap else EmbeddedBroker().start()
+    servers = bootstrap or (broker.bootstrap_servers if broker else "")
+    kafka = KafkaSettings(bootstrap_servers=servers)
+    prefix = f"bench{uuid.uuid4().hex[:6]}."
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        ensure_topics(
+            servers,
+            [
+                TopicSpec(prefix + COMMANDS_TOPIC, 6, 1),
+                TopicSpec(prefix + COMMAND_STATUS_TOPIC, 6, 1),
+                TopicSpec(COMMAND_REPORTS_TOPIC, 6, 1),
+            ],
+        )
+        tokens = workdir / "tokens.yaml"
+        tokens.write_text(_tokens(gateways))
+        ingest = _start_ingest(servers, port, prefix, tokens)
+        try:
+            result.update(
+                asyncio.run(
+                    _measure(kafka, prefix, f"127.0.0.1:{port}", workdir, ingest.pid, result)
+                )
+            )
+        finally:
+            ingest.terminate()
+            ingest.wait(30)
+            if broker is not None:
+                broker.stop()
+    result["book_10k"] = _book_memory()
+    return result
+
+
+async def _measure(
+    kafka: KafkaSettings,
+    prefix: str,
+    target: str,
+    workdir: Path,
+    ingest_pid: int,
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    opts = result["options"]
+    per_gateway = max(1, opts["devices"] // opts["gateways"])
+    devices = [f"g{g}-d{d}" for d in range(per_gateway) for g in range(opts["gateways"])]
+    stored: dict[str, float] = {}
+    executed: dict[str, float] = {}
+    stop = asyncio.Event()
+    clients = asyncio.create_task(
+        _gateways(target, opts["gateways"], workdir, stored, executed, stop)
+    )
+    await asyncio.sleep(5.0)  # the server up, the streams open, the book caught up
+    cpu_before = server_proc.cpu_seconds(ingest_pid)
+    load_before = os.getloadavg()
+    written: list[str] = []
+
+    def writer() -> None:
+        written.extend(
+            _write_commands(kafka, prefix + COMMANDS_TOPIC, devices, opts["rate"], opts["seconds"])
+        )
+
+    started = time.monotonic()
+    await asyncio.to_thread(writer)
+    write_s = time.monotonic() - started
+    deadline = time.monotonic() + 60
+    while len(executed) < len(written) and time.monotonic() < deadline:  # noqa: ASYNC110 - a dict filled by handlers
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3.0)  # the last reports out
+    ingest_cpu = server_proc.cpu_seconds(ingest_pid) - cpu_before
+    load_during = os.getloadavg()
+    stop.set()
+    await asyncio.wait_for(clients, 30)
+    statuses = await asyncio.to_thread(_read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC)
+    created = await asyncio.to_thread(_created_ms, kafka, prefix + COMMANDS_TOPIC)
+    stored_s = [stored[i] - created[i] / 1000 for i in written if i in stored]
+    delivered = CommandState.COMMAND_STATE_DELIVERED
+    done = CommandState.COMMAND_STATE_EXECUTED
+    delivered_s = [
+        (statuses[(i, delivered)] - created[i]) / 1000
+        for i in written
+        if (i, delivered) in statuses
+    ]
+    executed_s = [
+        (statuses[(i, done)] - created[i]) / 1000 for i in written if (i, done) in statuses
+    ]
+
+    def summary(latencies: list[float]) -> dict[str, Any]:
+        return {
+            "count": len(latencies),
+            "p50_ms": percentile_ms(latencies, 0.5),
+            "p99_ms": percentile_ms(latencies, 0.99),
+            "max_ms": percentile_ms(latencies, 1.0),
+        }
+
+    return {
+        "written": len(written),
+        "write_rate_per_s": round(len(written) / write_s, 1),
+        "stored": summary(stored_s),
+        "delivered_written": summary(delivered_s),
+        "executed_written": summary(executed_s),
+        "ingest_cpu_s_per_1000_commands": round(ingest_cpu / max(1, len(written)) * 1000, 3),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_during],
+        "fresh_replica": await _catch_up_cost(kafka, prefix),
+    }
+
+
+def _created_ms(kafka: KafkaSettings, topic: str) -> dict[str, int]:
+    from headwater.devstack.readback import read_topic
+
+    return {
+        c.command_id: c.created_time.ToMilliseconds()
+        for c in (
+            Command.FromString(m.value() or b"") for m in read_topic(kafka, topic, timeout_s=120)
+        )
+    }
+
+
+def main_cli(args: Any) -> int:
+    """``headwater bench commands``: run and print the figures as JSON."""
+    figures = run(args.rate, args.seconds, args.devices, args.gateways, args.bootstrap)
+    print(json.dumps(figures, indent=2))
+    return 0

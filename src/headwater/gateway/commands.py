@@ -1,0 +1,307 @@
+"""Commands from the cloud: receive, keep in the spool, run with your handler, report.
+
+A :class:`CommandReceiver` holds one ReceiveCommands stream to ingest. Each command is
+written to the spool's ``commands`` table *and* a DELIVERED report is spooled in the same
+transaction; only then is it acknowledged. So a command acknowledged is on disk, and a
+command id delivered twice (at-least-once) is stored and run once. The runner takes
+waiting commands in arrival order (a device's commands arrive in order), one at a time,
+calls the handler and spools the outcome (EXECUTED with the result, FAILED with the
+error, REJECTED, or EXPIRED when it is past its expiry before it runs) together with
+marking it done. Reports are ordinary messages on the ``command-status`` endpoint: the
+client's sender delivers them like telemetry, across restarts and outages.
+
+A command whose handler was running when the process died runs again after the restart
+(it was not marked done), and so do the ones that finished in the last 50 ms before it
+(outcomes are written together): handlers should be idempotent, or check the command id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from headwater.commands import model
+from headwater.endpoints import COMMAND_STATUS, COMMAND_STATUS_CONTENT_TYPE, SERVICE_NAME
+from headwater.gateway.config import GatewayConfig
+from headwater.gateway.records import NewMessage
+from headwater.gateway.spool import Spool
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.proto.ingest.v1 import command_messages_pb2 as api
+
+log = logging.getLogger(__name__)
+#: Commands stored in one transaction at most.
+_STORE_BATCH = 200
+#: Outcomes of commands are written together at least this often (seconds).
+_FINISH_EVERY_S = 0.05
+
+#: What a gateway provides: run one command, return its result (bytes, or None).
+CommandHandler = Callable[[Command], Awaitable[bytes | None]]
+
+
+class RejectCommand(Exception):
+    """Raise from a handler to refuse a command (unknown name, bad payload): REJECTED."""
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+class CommandReceiver:
+    """Receives, stores, runs and reports commands (see the module docstring)."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        channel: grpc.aio.Channel,
+        config: GatewayConfig,
+        handler: CommandHandler,
+        wake_sender: Callable[[], None],
+        max_unacked: int = 32,
+    ) -> None:
+        self._spool = spool
+        self._channel = channel
+        self._config = config
+        self._handler = handler
+        self._wake_sender = wake_sender
+        self._max_unacked = max_unacked
+        self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
+        self._work = asyncio.Event()
+        self._work.set()  # commands left waiting by the last run
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive and run until ``stop`` is set."""
+        runner = asyncio.create_task(self._run_commands(stop))
+        try:
+            await self._receive_forever(stop)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def _receive_forever(self, stop: asyncio.Event) -> None:
+        delay = self._config.backoff_initial_s
+        while not stop.is_set():
+            try:
+                await self._receive_once(stop)
+                delay = self._config.backoff_initial_s
+            except grpc.aio.AioRpcError as exc:
+                log.warning(
+                    "command stream ended; reconnecting",
+                    extra={"code": exc.code().name, "detail": exc.details(), "retry_in_s": delay},
+                )
+            except Exception as exc:  # the spool refused (full, disk error): nothing was acked
+                log.error(
+                    "cannot keep received commands in the spool; they were not acknowledged "
+                    "and will come again",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                )
+            await _sleep_or_stop(stop, delay)
+            delay = min(delay * 2, self._config.backoff_max_s)
+
+    async def _receive_once(self, stop: asyncio.Event) -> None:
+        acks: asyncio.Queue[api.ReceiveCommandsRequest | None] = asyncio.Queue()
+        acks.put_nowait(
+            api.ReceiveCommandsRequest(open=api.OpenCommandStream(max_unacked=self._max_unacked))
+        )
+
+        async def requests():  # type: ignore[no-untyped-def]
+            while (request := await acks.get()) is not None:
+                yield request
+
+        call = self._channel.stream_stream(
+            f"/{SERVICE_NAME}/ReceiveCommands",
+            request_serializer=api.ReceiveCommandsRequest.SerializeToString,
+            response_deserializer=api.ReceiveCommandsResponse.FromString,
+        )(requests(), metadata=self._metadata)
+        received: asyncio.Queue[Command | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(call, received))
+        stopper = asyncio.create_task(stop.wait())
+        stopper.add_done_callback(lambda _: call.cancel())
+        try:
+            while (first := await received.get()) is not None:
+                # Store what has arrived meanwhile in one transaction (one disk flush): under
+                # load, a transaction per command would be the gateway's limit.
+                batch = [first]
+                while len(batch) < _STORE_BATCH and not received.empty():
+                    more = received.get_nowait()
+                    if more is None:
+                        received.put_nowait(None)
+                        break
+                    batch.append(more)
+                await asyncio.to_thread(self.store_many, batch)
+                for command in batch:
+                    acks.put_nowait(
+                        api.ReceiveCommandsRequest(
+                            ack=api.CommandAck(
+                                command_id=command.command_id, device_id=command.device_id
+                            )
+                        )
+                    )
+            await reader  # raises the stream's error, if it ended with one
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+        finally:
+            call.cancel()  # a refused store ends this stream too: unacked commands come again
+            reader.cancel()
+            stopper.cancel()
+            acks.put_nowait(None)
+
+    async def _read(self, call: object, received: asyncio.Queue[Command | None]) -> None:
+        """Hand the stream's commands over; log refused acknowledgements; None at the end."""
+        try:
+            async for response in call:  # type: ignore[attr-defined]
+                if response.WhichOneof("frame") == "ack_error":
+                    err = response.ack_error
+                    log.error(
+                        "ingest refused a command acknowledgement",
+                        extra={
+                            "command_id": err.command_id,
+                            "reason": err.reason,
+                            "detail": err.message,
+                        },
+                    )
+                    continue
+                received.put_nowait(response.command)
+        finally:
+            received.put_nowait(None)
+
+    def store(self, command: Command) -> bool:
+        """Keep a command and spool its DELIVERED report; False for a repeat (kept once)."""
+        return self.store_many([command]) == 1
+
+    def store_many(self, commands: list[Command]) -> int:
+        """Keep commands and spool DELIVERED for the new ones, in one transaction.
+
+        Returns how many were new; a command id already kept for its device is a repeat
+        (a redelivery) and is neither kept nor reported again.
+        """
+
+        def insert(db: sqlite3.Connection) -> list[NewMessage]:
+            now = model.now_ms()
+            reports = []
+            for command in commands:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO commands (device_id, command_id, envelope, "
+                    "received_ms) VALUES (?, ?, ?, ?)",
+                    (command.device_id, command.command_id, command.SerializeToString(), now),
+                )
+                if cursor.rowcount == 1:
+                    reports.append(_report(command, CommandState.COMMAND_STATE_DELIVERED))
+            return reports
+
+        enqueued = self._spool.enqueue_if(COMMAND_STATUS, insert, len(commands))
+        new = len(enqueued.messages) if enqueued is not None else 0
+        if new:
+            self._wake_sender()
+            self._work.set()
+        return new
+
+    # --- running ----------------------------------------------------------------------
+
+    async def _run_commands(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._work.wait()
+            self._work.clear()
+            while waiting := await asyncio.to_thread(self._waiting):
+                # Outcomes are written together, every _FINISH_EVERY_S at most: one
+                # transaction per command would be the gateway's limit under load. The
+                # price: after a crash, the commands run since the last write run again.
+                finished: list[tuple[int, NewMessage]] = []
+                since = time.monotonic()
+                for seq, command in waiting:
+                    finished.append((seq, await self._outcome(command)))
+                    if time.monotonic() - since >= _FINISH_EVERY_S:
+                        await self._finish_until_written(finished, stop)
+                        finished, since = [], time.monotonic()
+                if finished:
+                    await self._finish_until_written(finished, stop)
+                if stop.is_set():
+                    return
+
+    def _waiting(self) -> list[tuple[int, Command]]:
+        rows = self._spool.read(
+            "SELECT seq, envelope FROM commands WHERE done = 0 ORDER BY seq LIMIT 200"
+        )
+        return [(int(seq), Command.FromString(bytes(env))) for seq, env in rows]  # type: ignore[call-overload,arg-type]
+
+    async def _outcome(self, command: Command) -> NewMessage:
+        """Run one command (unless expired); return its report."""
+        result = b""
+        reason = ""
+        if model.expired(command):
+            state = CommandState.COMMAND_STATE_EXPIRED
+            reason = "EXPIRED_BEFORE_RUN"
+        else:
+            try:
+                result = await self._handler(command) or b""
+                state = CommandState.COMMAND_STATE_EXECUTED
+            except RejectCommand as exc:
+                state, reason = CommandState.COMMAND_STATE_REJECTED, f"{exc.reason}: {exc}"
+            except Exception as exc:  # the handler's error is the command's outcome
+                state, reason = CommandState.COMMAND_STATE_FAILED, f"{type(exc).__name__}: {exc}"
+        log.info(
+            "command finished",
+            extra={
+                "command_id": command.command_id,
+                "device_id": command.device_id,
+                "name": command.name,
+                "state": model.state_name(state),
+                "reason": reason,
+            },
+        )
+        return _report(command, state, reason, result)
+
+    async def _finish_until_written(
+        self, finished: list[tuple[int, NewMessage]], stop: asyncio.Event
+    ) -> None:
+        """Write outcomes, retrying while the spool refuses; the handlers do not run again.
+
+        Given up only when stopping: the commands are then not marked done and run again
+        after the restart (at least once).
+        """
+        delay = self._config.backoff_initial_s
+        while True:
+            try:
+                await self._finish(finished)
+                return
+            except Exception as exc:  # the spool refused (full, disk error)
+                log.error(
+                    "cannot spool command outcomes; retrying",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                )
+            await _sleep_or_stop(stop, delay)
+            if stop.is_set():
+                return
+            delay = min(delay * 2, self._config.backoff_max_s)
+
+    async def _finish(self, finished: list[tuple[int, NewMessage]]) -> None:
+        """Mark commands done and spool their reports, in one transaction."""
+
+        def mark_done(db: sqlite3.Connection) -> list[NewMessage]:
+            db.executemany(
+                "UPDATE commands SET done = 1 WHERE seq = ?", [(s,) for s, _ in finished]
+            )
+            return [report for _, report in finished]
+
+        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, mark_done, len(finished))
+        self._wake_sender()
+
+
+def _report(command: Command, state: int, reason: str = "", result: bytes = b"") -> NewMessage:
+    """A command status report as a device message of the command's device."""
+    status = model.status_of(command, state, reason=reason[:1024], result=result)
+    return NewMessage(command.device_id, COMMAND_STATUS_CONTENT_TYPE, status.SerializeToString())
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

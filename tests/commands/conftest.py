@@ -1,0 +1,141 @@
+"""Fixtures for commands: per-test topics (a unique prefix) with master data, on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
+from headwater.master.store import write
+from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
+from headwater.topics import (
+    COMMAND_REPORTS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
+    MASTER_DEVICES_TOPIC,
+    TopicSpec,
+)
+
+#: The devices of the tests' master data: tenant acme (gw-a's) and globex (gw-b's).
+DEVICES = [("acme", f"acme-{i:03d}") for i in range(1, 6)] + [("globex", "globex-001")]
+
+
+@dataclass(frozen=True)
+class CommandTopics:
+    """One test's command topics, named with its own prefix."""
+
+    kafka: KafkaSettings
+    prefix: str
+
+    @property
+    def commands(self) -> str:
+        return self.prefix + COMMANDS_TOPIC
+
+    @property
+    def status(self) -> str:
+        return self.prefix + COMMAND_STATUS_TOPIC
+
+    @property
+    def master(self) -> str:
+        return self.prefix + MASTER_DEVICES_TOPIC
+
+
+@pytest.fixture(scope="session")
+def reports_topic(kafka_bootstrap: str) -> str:
+    ensure_topics(kafka_bootstrap, [TopicSpec(COMMAND_REPORTS_TOPIC, 3, 1)])
+    return COMMAND_REPORTS_TOPIC
+
+
+@pytest.fixture
+def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
+    topics = CommandTopics(
+        KafkaSettings(bootstrap_servers=kafka_bootstrap), f"t{uuid.uuid4().hex[:10]}."
+    )
+    ensure_topics(
+        kafka_bootstrap,
+        [
+            TopicSpec(topics.commands, 3, 1),
+            TopicSpec(topics.status, 3, 1),
+            TopicSpec(topics.master, 1, 1, {"cleanup.policy": "compact"}),
+        ],
+    )
+    write(
+        topics.kafka,
+        topics.master,
+        [DeviceMaster(tenant=t, device_id=d, vendor_format="acme.v1+json") for t, d in DEVICES],
+    )
+    return topics
+
+
+TOKENS = {"gw-a": "token-a", "gw-b": "token-b"}
+
+
+def tokens_yaml() -> str:
+    from headwater.ingest.auth import hash_token
+
+    return f"""
+gateways:
+  - id: gw-a
+    tenant: acme
+    token_sha256: {hash_token("token-a")}
+    devices: ["acme-*"]
+  - id: gw-b
+    tenant: globex
+    token_sha256: {hash_token("token-b")}
+    devices: ["globex-*"]
+"""
+
+
+def bearer(gateway: str = "gw-a") -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {TOKENS[gateway]}")]
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(tokens_yaml())
+    return path
+
+
+@pytest.fixture
+async def start_command_ingest(command_topics, tokens_file):
+    """Start ingest replicas serving commands on this test's topics; stopped after it."""
+    from headwater.ingest.commands.settings import CommandSettings
+    from headwater.ingest.server import IngestServer
+    from headwater.ingest.settings import IngestSettings
+    from headwater.runtime.telemetry import create_telemetry
+
+    started = []
+    group = f"relay-{uuid.uuid4().hex[:8]}"
+
+    async def start(**overrides):
+        settings = IngestSettings(
+            listen_address="127.0.0.1:0",
+            tokens_file=str(tokens_file),
+            produce_timeout_seconds=5.0,
+            drain_grace_seconds=1.0,
+            kafka=command_topics.kafka,
+        )
+        commands = CommandSettings(
+            topic_prefix=command_topics.prefix,
+            relay_group=group,
+            expiry_check_seconds=0.2,
+            **overrides,
+        )
+        server = IngestServer(
+            settings, telemetry=create_telemetry("test-ingest"), commands=commands
+        )
+        await server.start()
+        await server.ready(within_s=15)
+        assert server.commands is not None
+        await asyncio.wait_for(server.commands.feed.caught_up.wait(), 30)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop(grace_s=0.5)

@@ -1,0 +1,277 @@
+"""ReceiveCommands and the relay, through a raw gRPC client (real ingest, real broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import grpc
+import pytest
+
+from headwater.commands import CommandSender
+from headwater.commands.history import read_histories
+from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
+from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
+from headwater.proto.ingest.v1 import command_messages_pb2 as api
+from headwater.proto.ingest.v1 import ingest_messages_pb2, ingest_service_pb2_grpc
+
+from .conftest import bearer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class RawStream:
+    """A ReceiveCommands stream driven by hand."""
+
+    def __init__(self, target: str, gateway: str = "gw-a", max_unacked: int = 0) -> None:
+        self.channel = grpc.aio.insecure_channel(target)
+        stub = ingest_service_pb2_grpc.IngestServiceStub(self.channel)
+        self.out: asyncio.Queue[api.ReceiveCommandsRequest] = asyncio.Queue()
+        self.out.put_nowait(
+            api.ReceiveCommandsRequest(open=api.OpenCommandStream(max_unacked=max_unacked))
+        )
+        self.call = stub.ReceiveCommands(self._requests(), metadata=bearer(gateway))
+        # One reader for the call's life: cancelling a read() would cancel the whole call.
+        self.got: asyncio.Queue[object] = asyncio.Queue()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _requests(self):
+        while True:
+            yield await self.out.get()
+
+    async def _read(self) -> None:
+        try:
+            async for response in self.call:
+                self.got.put_nowait(response)
+        except BaseException as exc:  # handed to the test by next()
+            self.got.put_nowait(exc)
+
+    async def next(self, within_s: float = 10.0) -> api.ReceiveCommandsResponse:
+        got = await asyncio.wait_for(self.got.get(), within_s)
+        if isinstance(got, BaseException):
+            raise got
+        return got  # type: ignore[return-value]
+
+    async def nothing_for(self, seconds: float) -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(self.got.get(), seconds)
+
+    def ack(self, command_id: str, device_id: str) -> None:
+        self.out.put_nowait(
+            api.ReceiveCommandsRequest(
+                ack=api.CommandAck(command_id=command_id, device_id=device_id)
+            )
+        )
+
+    async def close(self) -> None:
+        self.call.cancel()
+        self.reader.cancel()
+        await self.channel.close()
+
+
+def send(topics, device="acme-001", tenant="acme", **kw):
+    with CommandSender(topics.kafka, ["*"], topic_prefix=topics.prefix) as sender:
+        return sender.send(tenant, device, kw.pop("name", "set-setpoint"), **kw).command
+
+
+async def test_online_gateway_gets_its_command_and_the_ack_ends_delivery(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest()
+    target = f"127.0.0.1:{ingest.port}"
+    stream = RawStream(target)
+    command = await asyncio.to_thread(send, command_topics, payload=b'{"c": 1}')
+    got = (await stream.next()).command
+    assert (got.command_id, got.payload) == (command.command_id, b'{"c": 1}')
+    stream.ack(got.command_id, got.device_id)
+    await asyncio.sleep(0.5)
+    await stream.close()
+    again = RawStream(target)
+    await again.nothing_for(1.5)  # acknowledged: never sent again
+    await again.close()
+
+
+async def test_unacked_commands_come_again_in_order_on_the_next_stream(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest()
+    target = f"127.0.0.1:{ingest.port}"
+    sent = [
+        await asyncio.to_thread(send, command_topics, name=f"step-{i}", command_id=f"c-{i}")
+        for i in range(5)
+    ]
+    stream = RawStream(target)
+    first = [(await stream.next()).command.command_id for _ in sent]
+    assert first == [c.command_id for c in sent]
+    stream.ack("c-0", "acme-001")
+    await asyncio.sleep(0.3)
+    await stream.close()  # the link drops with four unacked
+    stream = RawStream(target)
+    second = [(await stream.next()).command.command_id for _ in range(4)]
+    assert second == ["c-1", "c-2", "c-3", "c-4"]
+    await stream.close()
+
+
+async def test_window_holds_back_commands_until_acked(command_topics, start_command_ingest):
+    ingest = await start_command_ingest(max_unacked=2)
+    for i in range(3):
+        await asyncio.to_thread(send, command_topics, command_id=f"w-{i}")
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    assert (await stream.next()).command.command_id == "w-0"
+    assert (await stream.next()).command.command_id == "w-1"
+    await stream.nothing_for(1.0)
+    stream.ack("w-0", "acme-001")
+    assert (await stream.next()).command.command_id == "w-2"
+    await stream.close()
+
+
+async def test_expired_command_is_marked_and_never_delivered(command_topics, start_command_ingest):
+    ingest = await start_command_ingest()
+    doomed = await asyncio.to_thread(send, command_topics, ttl_s=0.5, command_id="doomed")
+    await asyncio.sleep(1.5)  # the gateway is offline past the expiry
+    fresh = await asyncio.to_thread(send, command_topics, command_id="fresh")
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    assert (await stream.next()).command.command_id == fresh.command_id
+    await stream.nothing_for(1.0)
+    await stream.close()
+    history = (
+        await asyncio.to_thread(read_histories, command_topics.kafka, command_topics.status)
+    )[doomed.command_id]
+    assert history.current.state == CommandState.COMMAND_STATE_EXPIRED
+    assert history.current.reason == "NOT_DELIVERED_BEFORE_EXPIRY"
+
+
+async def test_a_command_id_sent_twice_is_delivered_once(command_topics, start_command_ingest):
+    ingest = await start_command_ingest()
+    await asyncio.to_thread(send, command_topics, command_id="twice", payload=b"1")
+    await asyncio.to_thread(send, command_topics, command_id="twice", payload=b"2")
+    await asyncio.to_thread(send, command_topics, command_id="after")
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    got = [(await stream.next()).command for _ in range(2)]
+    assert [(c.command_id, c.payload) for c in got] == [("twice", b"1"), ("after", b"")]
+    await stream.nothing_for(1.0)
+    await stream.close()
+
+
+async def test_other_tenants_commands_are_neither_sent_nor_acknowledgeable(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest()
+    target = f"127.0.0.1:{ingest.port}"
+    acme = await asyncio.to_thread(send, command_topics, command_id="for-acme")
+    globex = RawStream(target, gateway="gw-b")
+    await globex.nothing_for(1.5)
+    globex.ack(acme.command_id, acme.device_id)
+    error = (await globex.next()).ack_error
+    assert error.reason == "COMMAND_NOT_YOURS" and "not bound" in error.message
+    globex.ack("no-such-command", "globex-001")
+    assert (await globex.next()).ack_error.reason == "UNKNOWN_COMMAND"
+    await globex.close()
+    owner = RawStream(target)  # the refused ack acknowledged nothing
+    assert (await owner.next()).command.command_id == "for-acme"
+    await owner.close()
+
+
+async def test_calls_without_credentials_or_over_the_stream_limit_are_refused(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest(max_streams_per_gateway=1)
+    target = f"127.0.0.1:{ingest.port}"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+        call = stub.ReceiveCommands(
+            iter([api.ReceiveCommandsRequest(open=api.OpenCommandStream())])
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    first = RawStream(target)
+    await asyncio.to_thread(send, command_topics, command_id="limit")
+    assert (await first.next()).command.command_id == "limit"
+    second = RawStream(target)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await second.next()
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await first.close()
+    await second.close()
+
+
+def report(command, state, device=None) -> DeviceMessage:
+    status = CommandStatus(
+        command_id=command.command_id, device_id=device or command.device_id, state=state
+    )
+    msg = DeviceMessage(
+        message_id=uuid.uuid4().hex,
+        device_id=device or command.device_id,
+        content_type=COMMAND_STATUS_CONTENT_TYPE,
+        payload=status.SerializeToString(),
+    )
+    msg.device_time.FromMilliseconds(int(time.time() * 1000))
+    return msg
+
+
+async def test_reports_are_relayed_with_the_gateway_from_ingest_and_forgeries_dropped(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest()
+    command = await asyncio.to_thread(send, command_topics, command_id="reported")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ingest.port}") as channel:
+        stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+        forged = report(command, CommandState.COMMAND_STATE_EXECUTED)
+        forged_status = CommandStatus.FromString(forged.payload)
+        forged_status.command_id = "never-sent"
+        forged.payload = forged_status.SerializeToString()
+        request = api.PublishCommandStatusRequest(
+            messages=[report(command, CommandState.COMMAND_STATE_EXECUTED), forged]
+        )
+        answer = await stub.PublishCommandStatus(request, metadata=bearer("gw-a"))
+        assert [r.code for r in answer.results] == [0, 0]  # written; checked by the relay
+        # Another tenant's gateway cannot even write a report for acme's device.
+        answer = await stub.PublishCommandStatus(
+            api.PublishCommandStatusRequest(
+                messages=[report(command, CommandState.COMMAND_STATE_FAILED)]
+            ),
+            metadata=bearer("gw-b"),
+        )
+        assert answer.results[0].code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        histories = await asyncio.to_thread(
+            read_histories, command_topics.kafka, command_topics.status, 5
+        )
+        if histories["reported"].current.state == CommandState.COMMAND_STATE_EXECUTED:
+            break
+        await asyncio.sleep(0.3)
+    current = histories["reported"].current
+    assert (current.state, current.gateway_id, current.tenant) == (
+        CommandState.COMMAND_STATE_EXECUTED,
+        "gw-a",
+        "acme",
+    )
+    assert "never-sent" not in histories
+
+
+def test_ingest_messages_module_is_the_results_type():
+    # The command-status endpoint answers with the same MessageResult as telemetry.
+    assert api.PublishCommandStatusResponse.DESCRIPTOR.fields_by_name["results"].message_type is (
+        ingest_messages_pb2.MessageResult.DESCRIPTOR
+    )
+
+
+async def test_a_revoked_gateway_loses_its_command_stream(
+    command_topics, start_command_ingest, tokens_file
+):
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    await asyncio.to_thread(send, command_topics, command_id="before-revocation")
+    assert (await stream.next()).command.command_id == "before-revocation"
+    text = tokens_file.read_text()
+    tokens_file.write_text(
+        text.replace('devices: ["acme-*"]', 'devices: ["acme-*"]\n    revoked: true', 1)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stream.next(within_s=10)  # idle: the periodic check notices within a second or two
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    await stream.close()

@@ -1,0 +1,139 @@
+"""Pure units of the command parts: the book, state order, the relay's checks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+from headwater import record_headers as rh
+from headwater.commands import model
+from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
+from headwater.ingest.commands.book import CommandBook
+from headwater.ingest.commands.relay import StatusRelay
+from headwater.proto.commands.v1.command_pb2 import Command
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
+from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
+
+S = CommandState
+
+
+def command(command_id: str, device: str = "d1", ttl_ms: int = 60_000) -> Command:
+    now = int(time.time() * 1000)
+    c = Command(command_id=command_id, tenant="acme", device_id=device, name="n")
+    c.created_time.FromMilliseconds(now)
+    c.expires_time.FromMilliseconds(now + ttl_ms)
+    return c
+
+
+def test_book_keeps_device_order_and_drops_repeats():
+    book = CommandBook()
+    woken = []
+    book.on_added = woken.append
+    for i in (3, 1, 2):
+        assert book.add(command(f"c{i}"))
+    assert not book.add(command("c1"))  # the same id again: one command
+    assert [e.command.command_id for e in book.waiting(("acme", "d1"))] == ["c3", "c1", "c2"]
+    assert woken == [("acme", "d1")] * 3
+
+
+def test_delivered_ids_are_remembered_within_a_bound():
+    book = CommandBook(remembered_ids=2)
+    for i in range(3):
+        book.add(command(f"c{i}"))
+        book.finish(("acme", "d1", f"c{i}"), S.COMMAND_STATE_DELIVERED)
+    assert not book.known(("acme", "d1", "c0"))  # forgotten: the oldest first
+    assert book.known(("acme", "d1", "c2")) and book.size == 0
+    assert not book.add(command("c2")) and book.add(command("c0"))
+
+
+def test_statuses_take_commands_out_only_from_delivered_on():
+    book = CommandBook()
+    book.add(command("c1"))
+    book.apply(
+        CommandStatus(command_id="c1", tenant="acme", device_id="d1", state=S.COMMAND_STATE_QUEUED)
+    )
+    assert book.size == 1
+    book.apply(
+        CommandStatus(
+            command_id="c1", tenant="acme", device_id="d1", state=S.COMMAND_STATE_EXECUTED
+        )
+    )
+    assert book.size == 0 and book.known(("acme", "d1", "c1"))
+
+
+def test_expired_commands_come_out_in_expiry_order_and_only_once():
+    book = CommandBook()
+    book.add(command("late", ttl_ms=-10))
+    book.add(command("later", ttl_ms=-5))
+    book.add(command("fine"))
+    book.finish(("acme", "d1", "later"), S.COMMAND_STATE_DELIVERED)  # delivered first
+    gone = book.take_expired(int(time.time() * 1000))
+    assert [e.command.command_id for e in gone] == ["late"]
+    assert book.take_expired(int(time.time() * 1000)) == []
+    assert [e.command.command_id for e in book.waiting(("acme", "d1"))] == ["fine"]
+
+
+def test_state_order_makes_repeats_harmless():
+    assert model.rank(S.COMMAND_STATE_QUEUED) < model.rank(S.COMMAND_STATE_DELIVERED)
+    assert model.rank(S.COMMAND_STATE_DELIVERED) < model.rank(S.COMMAND_STATE_EXECUTED)
+    assert model.rank(S.COMMAND_STATE_EXPIRED) == model.rank(S.COMMAND_STATE_FAILED)
+
+
+def record(
+    status: CommandStatus,
+    device: str | None = None,
+    content_type: str = COMMAND_STATUS_CONTENT_TYPE,
+):
+    envelope = DeviceMessage(
+        message_id="m",
+        device_id=device or status.device_id,
+        content_type=content_type,
+        payload=status.SerializeToString(),
+    )
+    headers = [(rh.TENANT, b"acme"), (rh.GATEWAY_ID, b"gw-a")]
+    return SimpleNamespace(value=envelope.SerializeToString, headers=lambda: headers)
+
+
+def relay_with(book: CommandBook) -> tuple[StatusRelay, list[tuple[object, str]]]:
+    seen: list[tuple[object, str]] = []
+    relay = StatusRelay(
+        None,
+        None,
+        book,
+        asyncio.Event(),
+        "reports",
+        "status",
+        "g",  # type: ignore[arg-type]
+        lambda status, reason: seen.append((status, reason)),
+    )
+    return relay, seen
+
+
+def test_relay_checks_every_report():
+    book = CommandBook()
+    book.add(command("c1"))
+    relay, seen = relay_with(book)
+    ok = CommandStatus(
+        command_id="c1", device_id="d1", state=S.COMMAND_STATE_EXECUTED, tenant="globex"
+    )
+    relayed = relay._check(record(ok))
+    assert relayed is not None and (relayed.tenant, relayed.gateway_id) == (
+        "acme",
+        "gw-a",
+    )  # from headers
+    cases = {
+        "DEVICE_MISMATCH": record(ok, device="d2"),
+        "WRONG_CONTENT_TYPE": record(ok, content_type="application/json"),
+        "STATE_NOT_REPORTABLE": record(
+            CommandStatus(command_id="c1", device_id="d1", state=S.COMMAND_STATE_QUEUED)
+        ),
+        "UNKNOWN_COMMAND": record(
+            CommandStatus(command_id="zz", device_id="d1", state=S.COMMAND_STATE_EXECUTED)
+        ),
+    }
+    for reason, msg in cases.items():
+        assert relay._check(msg) is None, reason
+    not_protobuf = SimpleNamespace(value=lambda: b"\xff\xff", headers=lambda: [])
+    assert relay._check(not_protobuf) is None
+    assert [r for _, r in seen] == ["", *cases, "NOT_A_COMMAND_STATUS"]
