@@ -19,6 +19,7 @@ from headwater.topics import (
     MASTER_DEVICES_TOPIC,
     TopicSpec,
 )
+from tests.support.ingest import TOKENS, TOKENS_YAML
 
 #: The devices of the tests' master data: tenant acme (gw-a's) and globex (gw-b's).
 DEVICES = [("acme", f"acme-{i:03d}") for i in range(1, 6)] + [("globex", "globex-001")]
@@ -71,25 +72,6 @@ def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
     return topics
 
 
-TOKENS = {"gw-a": "token-a", "gw-b": "token-b"}
-
-
-def tokens_yaml() -> str:
-    from headwater.ingest.auth import hash_token
-
-    return f"""
-gateways:
-  - id: gw-a
-    tenant: acme
-    token_sha256: {hash_token("token-a")}
-    devices: ["acme-*"]
-  - id: gw-b
-    tenant: globex
-    token_sha256: {hash_token("token-b")}
-    devices: ["globex-*"]
-"""
-
-
 def bearer(gateway: str = "gw-a") -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {TOKENS[gateway]}")]
 
@@ -97,7 +79,7 @@ def bearer(gateway: str = "gw-a") -> list[tuple[str, str]]:
 @pytest.fixture
 def tokens_file(tmp_path):
     path = tmp_path / "tokens.yaml"
-    path.write_text(tokens_yaml())
+    path.write_text(TOKENS_YAML)
     return path
 
 

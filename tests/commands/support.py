@@ -13,8 +13,7 @@ from headwater.commands.history import CommandHistory, read_histories
 from headwater.gateway import GatewayClient, GatewayConfig, Spool
 from headwater.gateway.commands import CommandHandler
 from headwater.proto.commands.v1.command_pb2 import Command
-
-from .conftest import TOKENS
+from tests.support.ingest import TOKENS
 
 
 def send(topics, device="acme-001", tenant="acme", **kw) -> Command:

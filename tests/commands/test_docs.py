@@ -18,8 +18,9 @@ from headwater.kafka.settings import KafkaSettings
 from headwater.master.store import write
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import COMMAND_STATUS_TOPIC, COMMANDS_TOPIC, MASTER_DEVICES_TOPIC, TopicSpec
+from tests.support.ingest import TOKENS
 
-from .conftest import TOKENS, CommandTopics
+from .conftest import CommandTopics
 from .support import wait_for_states
 
 pytestmark = pytest.mark.timeout(180)

@@ -137,8 +137,7 @@ async def test_a_full_spool_acknowledges_nothing_and_loses_nothing(
     command_topics, start_command_ingest, tmp_path
 ):
     from headwater.gateway import GatewayClient, GatewayConfig, Spool, SpoolLimits
-
-    from .conftest import TOKENS
+    from tests.support.ingest import TOKENS
 
     ingest = await start_command_ingest()
     assert ingest.commands is not None

@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from headwater.devstack.broker import free_port
+from tests.support.ingest import TOKENS_YAML
 
-from .conftest import tokens_yaml
 from .support import running_gateway, send, wait_for_states
 
 pytestmark = pytest.mark.timeout(240)
@@ -71,7 +71,7 @@ class Recorder:
 
 async def test_sigkill_of_the_replica_holding_the_stream_loses_no_command(command_topics, tmp_path):
     tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(tokens_yaml())
+    tokens.write_text(TOKENS_YAML)
     group = f"relay-{uuid.uuid4().hex[:8]}"
     ports = [free_port(), free_port()]
     replicas = [

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from headwater.enricher import budget as budgets
 from headwater.enricher.normalize import normalize_message
-from tests.enricher.test_normalize_properties import payloads, sparkplug
+from tests.support.strategies import payloads, sparkplug
 
 BUILT_IN = [
     "application/vnd.acme.telemetry.v1+json",
