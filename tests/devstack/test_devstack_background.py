@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack import state as stack_state
+from headwater.devstack import status_file
 from headwater.devstack.broker import free_port
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]
@@ -38,8 +38,8 @@ def stack_dir(tmp_path: Path):
     """A workdir whose stack is always stopped after the test, even when it fails."""
     workdir = tmp_path / "stack"
     yield workdir
-    left = stack_state.read(workdir)
-    if left is not None and stack_state.alive(left.supervisor_pid):
+    left = status_file.read(workdir)
+    if left is not None and status_file.alive(left.supervisor_pid):
         devstack("down", "--workdir", str(workdir), "--timeout", "30", timeout=90)
 
 
@@ -60,14 +60,14 @@ def test_up_status_down(stack_dir: Path):
 
     # `up` has exited; the stack runs on in a session of its own (no controlling terminal
     # to send it SIGHUP), with its pieces recorded in the state file.
-    current = stack_state.read(stack_dir)
+    current = status_file.read(stack_dir)
     assert current is not None and current.status == "up"
     supervisor = current.supervisor_pid
-    assert stack_state.alive(supervisor)
+    assert status_file.alive(supervisor)
     assert os.getsid(supervisor) == supervisor != os.getsid(0)
     pieces = dict(current.pids)
     assert set(pieces) == {"broker", "ingest"}
-    assert all(stack_state.alive(pid) for pid in pieces.values())
+    assert all(status_file.alive(pid) for pid in pieces.values())
 
     status = devstack("status", "--workdir", str(stack_dir), "--json")
     assert status.returncode == 0, status.stdout + status.stderr
@@ -113,8 +113,8 @@ def test_up_status_down(stack_dir: Path):
     assert down.returncode == 0, down.stdout + down.stderr
     assert "forced" not in down.stdout and took < DOWN_WITHIN_S
     for pid in [supervisor, *pieces.values()]:
-        assert not stack_state.alive(pid), f"pid {pid} still runs after down"
-    assert stack_state.read(stack_dir) is None
+        assert not status_file.alive(pid), f"pid {pid} still runs after down"
+    assert status_file.read(stack_dir) is None
     # Stopped in order and cleanly: the ingest service drained.
     assert "ingest service stopped" in (stack_dir / "ingest.log").read_text()
     assert devstack("status", "--workdir", str(stack_dir)).returncode == 1
@@ -131,7 +131,7 @@ def test_up_refuses_busy_ports_and_names_the_flag(stack_dir: Path):
         )
     assert up.returncode == 1
     assert f"{busy_port} (--kafka-port)" in up.stdout
-    assert stack_state.read(stack_dir) is None
+    assert status_file.read(stack_dir) is None
 
 
 def test_down_kills_pieces_left_by_a_killed_supervisor(stack_dir: Path):
@@ -141,9 +141,9 @@ def test_down_kills_pieces_left_by_a_killed_supervisor(stack_dir: Path):
         [sys.executable, "-c", "import time; time.sleep(60)", "headwater-orphan"]
     )
     try:
-        stack_state.write(
+        status_file.write(
             stack_dir,
-            stack_state.StackState(
+            status_file.StackState(
                 supervisor_pid=orphan.pid + 10_000_000,  # no such process
                 workdir=str(stack_dir),
                 ports={"kafka": 1, "grpc": 2, "ingest_metrics": 3, "enricher_metrics": 4},
@@ -158,7 +158,7 @@ def test_down_kills_pieces_left_by_a_killed_supervisor(stack_dir: Path):
         down = devstack("down", "--workdir", str(stack_dir))
         assert down.returncode == 1 and f"leftover ingest (pid {orphan.pid})" in down.stdout
         assert orphan.wait(10) == -9
-        assert stack_state.read(stack_dir) is None
+        assert status_file.read(stack_dir) is None
     finally:
         if orphan.poll() is None:
             orphan.kill()

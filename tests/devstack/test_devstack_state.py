@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack import ownership
-from headwater.devstack import state as stack_state
+from headwater.devstack import ownership, status_file
 from headwater.devstack.broker import free_port
-from headwater.devstack.services import exit_reason, last_commit, log_tail
+from headwater.devstack.processes import exit_reason, last_commit, log_tail
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]
 UP_WITHIN_S = 120
@@ -52,8 +51,8 @@ def stack_dir(tmp_path: Path):
     """A workdir whose stack is always stopped after the test, even when it fails."""
     workdir = tmp_path / "stack"
     yield workdir
-    left = stack_state.read(workdir)
-    if left is not None and stack_state.alive(left.supervisor_pid):
+    left = status_file.read(workdir)
+    if left is not None and status_file.alive(left.supervisor_pid):
         devstack("down", "--workdir", str(workdir), "--timeout", "30", timeout=90)
 
 
@@ -179,11 +178,11 @@ def test_status_says_why_a_piece_exited(stack_dir: Path):
         timeout=UP_WITHIN_S + 30,
     )
     assert up.returncode == 0, up.stdout + up.stderr
-    running = stack_state.read(stack_dir)
+    running = status_file.read(stack_dir)
     assert running is not None
     os.kill(running.pids["ingest"], signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while "ingest" not in (stack_state.read(stack_dir) or running).exited:
+    while "ingest" not in (status_file.read(stack_dir) or running).exited:
         assert time.monotonic() < deadline, "the supervisor did not notice the exit"
         time.sleep(0.5)
     status = devstack("status", "--workdir", str(stack_dir))
@@ -198,9 +197,9 @@ def test_status_says_why_a_piece_exited(stack_dir: Path):
 
 def _wait_supervisor_gone(workdir: Path, within_s: float = 60) -> None:
     """A failed start stops what it started: the supervisor exits by itself."""
-    current = stack_state.read(workdir)
+    current = status_file.read(workdir)
     assert current is not None and current.status == "failed"
     deadline = time.monotonic() + within_s
-    while stack_state.alive(current.supervisor_pid):
+    while status_file.alive(current.supervisor_pid):
         assert time.monotonic() < deadline, "the supervisor of a failed start kept running"
         time.sleep(0.5)

@@ -35,7 +35,7 @@ import pytest
 
 from headwater.devstack.broker import free_port
 from headwater.devstack.cli import DEFAULT_PORTS
-from headwater.devstack.services import last_commit
+from headwater.devstack.processes import last_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"

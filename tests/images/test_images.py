@@ -33,8 +33,8 @@ from google.protobuf import json_format
 
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.devstack.connect import publish_body
+from headwater.devstack.processes import create_topics, health_status
 from headwater.devstack.readback import read_topic
-from headwater.devstack.services import create_topics, health_status
 from headwater.devstack.supervisor import DEMO_DEVICE, _publish_demo_master
 from headwater.ingest.auth import hash_token
 from headwater.proto.events.v1 import completion_pb2

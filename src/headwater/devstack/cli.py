@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from headwater.devstack.services import Ports
+    from headwater.devstack.processes import Ports
 
 #: Default loopback ports of ``up`` and ``serve`` (the services' usual ports).
 DEFAULT_PORTS = {"kafka": 9092, "grpc": 50051, "ingest_metrics": 9464, "enricher_metrics": 9465}
@@ -166,7 +166,7 @@ def _stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ports(args: argparse.Namespace) -> Ports:
-    from headwater.devstack.services import Ports
+    from headwater.devstack.processes import Ports
 
     return Ports(
         args.kafka_port, args.grpc_port, args.ingest_metrics_port, args.enricher_metrics_port
@@ -183,7 +183,7 @@ def _preflight(with_enricher: bool) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from headwater.devstack.control import up
+    from headwater.devstack.background import up
 
     _preflight(not args.no_enricher)
     return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
@@ -200,25 +200,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from headwater.devstack.control import status
+    from headwater.devstack.background import status
 
     return status(args.workdir, args.json)
 
 
 def _down(args: argparse.Namespace) -> int:
-    from headwater.devstack.control import down
+    from headwater.devstack.background import down
 
     return down(args.workdir, args.timeout)
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from headwater.devstack import state
+    from headwater.devstack import status_file
     from headwater.devstack.watch import DEFAULT_TOPICS, watch
     from headwater.kafka.settings import bootstrap_from_env
 
     bootstrap = args.bootstrap_servers
     if not bootstrap:
-        running = state.read(args.workdir.resolve())
+        running = status_file.read(args.workdir.resolve())
         bootstrap = running.bootstrap_servers if running else None
     bootstrap = bootstrap or bootstrap_from_env()
     return watch(
@@ -232,7 +232,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.devstack.stack import DevStackOptions, run_devstack
-    from headwater.devstack.state import StackRunningError
+    from headwater.devstack.status_file import StackRunningError
     from headwater.devstack.summary import guarantees
     from headwater.runtime.logs import configure_logging
 

@@ -10,7 +10,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from headwater.devstack.state import StackState
+from headwater.devstack.status_file import StackState
 from headwater.devstack.vendors import ACME_TELEMETRY
 
 PUBLISH_METHOD = "headwater.ingest.v1.IngestService/PublishTelemetry"

@@ -19,13 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater.devstack import state as stack_state
+from headwater.devstack import status_file as status_file
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
-from headwater.devstack.progress import ProgressLine
-from headwater.devstack.readback import missing_acks, read_ingest
-from headwater.devstack.services import (
+from headwater.devstack.processes import (
     DEV_MAX_PAYLOAD_BYTES,
     Ports,
     create_topics,
@@ -36,6 +34,8 @@ from headwater.devstack.services import (
     wait_first_batch,
     wait_serving,
 )
+from headwater.devstack.progress import ProgressLine
+from headwater.devstack.readback import missing_acks, read_ingest
 from headwater.devstack.summary import build_summary, read_enriched, render
 from headwater.ingest.auth import hash_token
 from headwater.kafka.settings import resolve_kafka
@@ -121,9 +121,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             workdir (this run would wipe it).
     """
     workdir = opts.workdir.resolve()
-    running = stack_state.read(workdir)
-    if running is not None and stack_state.alive(running.supervisor_pid):
-        raise stack_state.StackRunningError(
+    running = status_file.read(workdir)
+    if running is not None and status_file.alive(running.supervisor_pid):
+        raise status_file.StackRunningError(
             f"a background dev stack runs in {workdir} (pid {running.supervisor_pid}): stop it "
             "with `headwater devstack down`, or give this run another --workdir"
         )

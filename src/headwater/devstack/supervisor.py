@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from headwater.devstack import ownership
-from headwater.devstack import state as stack_state
+from headwater.devstack import status_file as status_file
 from headwater.devstack.broker import EmbeddedBroker
-from headwater.devstack.services import (
+from headwater.devstack.processes import (
     PartFailedError,
     Ports,
     create_topics,
@@ -153,13 +153,13 @@ class Supervisor:
         self.workdir = opts.workdir.resolve()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.broker: EmbeddedBroker | None = None
-        self.state: stack_state.StackState | None = None
+        self.state: status_file.StackState | None = None
 
     def _save(self, **changes: object) -> None:
         assert self.state is not None
         for key, value in changes.items():
             setattr(self.state, key, value)
-        stack_state.write(self.workdir, self.state)
+        status_file.write(self.workdir, self.state)
         if "step" in changes:
             log.info(str(changes["step"]))
 
@@ -173,7 +173,7 @@ class Supervisor:
         token = _token(self.workdir)
         (self.workdir / "tokens.yaml").write_text(_tokens_yaml(token))
         ports = self.opts.ports
-        self.state = stack_state.StackState(
+        self.state = status_file.StackState(
             supervisor_pid=os.getpid(),
             workdir=str(self.workdir),
             ports={
@@ -209,7 +209,7 @@ class Supervisor:
                 self._save(status="stopping", step="stopping")
             self._stop_all()
         if not failed:
-            stack_state.remove(self.workdir)
+            status_file.remove(self.workdir)
         log.info("dev stack stopped")
         return 1 if failed else 0
 

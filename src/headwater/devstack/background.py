@@ -18,10 +18,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from headwater.devstack import state as stack_state
+from headwater.devstack import status_file as status_file
 from headwater.devstack.connect import connection_info, connection_text
+from headwater.devstack.processes import CLI, Ports, exit_reason, health_status, log_tail
 from headwater.devstack.progress import ProgressLine
-from headwater.devstack.services import CLI, Ports, exit_reason, health_status, log_tail
 
 #: The command-line flag that changes each port, for error messages.
 PORT_FLAGS = {
@@ -52,8 +52,8 @@ def up(workdir: Path, ports: Ports, with_enricher: bool, wait_s: float, as_json:
         0 when the stack is up (or already was), 1 when it failed or is not up in time.
     """
     workdir = workdir.resolve()
-    running = stack_state.read(workdir)
-    if running is not None and stack_state.runs(running.supervisor_pid, _MARKERS["supervisor"]):
+    running = status_file.read(workdir)
+    if running is not None and status_file.runs(running.supervisor_pid, _MARKERS["supervisor"]):
         print(f"a dev stack already runs in {workdir} ({running.status})")
         _print_info(running, as_json)
         return 0
@@ -65,7 +65,7 @@ def up(workdir: Path, ports: Ports, with_enricher: bool, wait_s: float, as_json:
         print(f"ports in use on 127.0.0.1: {', '.join(busy)}; choose others with those flags")
         return 1
     workdir.mkdir(parents=True, exist_ok=True)
-    stack_state.remove(workdir)  # a failed start's leftovers
+    status_file.remove(workdir)  # a failed start's leftovers
     cmd = [*CLI, "devstack", "serve", "--workdir", str(workdir)]
     cmd += ["--kafka-port", str(ports.kafka), "--grpc-port", str(ports.grpc)]
     cmd += ["--ingest-metrics-port", str(ports.ingest_metrics)]
@@ -95,7 +95,7 @@ def _wait_up(
     started = time.monotonic()
     shown = ""
     while True:
-        current = stack_state.read(workdir)
+        current = status_file.read(workdir)
         if current is not None and current.supervisor_pid == supervisor.pid:
             if current.status == "up":
                 display.close()
@@ -138,7 +138,7 @@ def _print_failed_log(workdir: Path, part: str | None) -> None:
             print(f"  {line}")
 
 
-def _print_info(current: stack_state.StackState, as_json: bool) -> None:
+def _print_info(current: status_file.StackState, as_json: bool) -> None:
     if as_json:
         print(json.dumps(connection_info(current)))
     else:
@@ -152,30 +152,30 @@ def down(workdir: Path, timeout_s: float) -> int:
         0 when it stopped (or nothing ran), 1 when pieces had to be killed.
     """
     workdir = workdir.resolve()
-    current = stack_state.read(workdir)
+    current = status_file.read(workdir)
     if current is None:
         print(f"no dev stack runs in {workdir}")
         return 0
     pid = current.supervisor_pid
     forced = False
-    if stack_state.runs(pid, _MARKERS["supervisor"]):
+    if status_file.runs(pid, _MARKERS["supervisor"]):
         print(f"stopping the dev stack in {workdir} (supervisor pid {pid})...")
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while stack_state.alive(pid) and time.monotonic() < deadline:
+        while status_file.alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if stack_state.alive(pid):
+        if status_file.alive(pid):
             print(f"the supervisor did not stop within {timeout_s:.0f}s: killing the stack")
             os.kill(pid, signal.SIGKILL)
             forced = True
     # After a crash or a kill, the pieces may outlive their supervisor.
     for name, child in current.pids.items():
         marker = _BROKER_MARKER if name == "broker" else _MARKERS.get(name, "headwater")
-        if stack_state.runs(child, marker):
+        if status_file.runs(child, marker):
             print(f"killing the leftover {name} (pid {child})")
             os.kill(child, signal.SIGKILL)
             forced = True
-    stack_state.remove(workdir)
+    status_file.remove(workdir)
     print("stopped" + (" (forced)" if forced else ""))
     return 1 if forced else 0
 
@@ -196,11 +196,11 @@ def _kafka_ok(port: int) -> bool:
         return False
 
 
-def check(current: stack_state.StackState) -> dict[str, str]:
+def check(current: status_file.StackState) -> dict[str, str]:
     """Return each piece's condition: "up", or what is wrong with it."""
     pieces: dict[str, str] = {}
     broker_pid = current.pids.get("broker")
-    if broker_pid is not None and not stack_state.alive(broker_pid):
+    if broker_pid is not None and not status_file.alive(broker_pid):
         pieces["broker"] = "exited"
     else:
         pieces["broker"] = "up" if _kafka_ok(current.ports["kafka"]) else "unreachable"
@@ -211,7 +211,7 @@ def check(current: stack_state.StackState) -> dict[str, str]:
             health = asyncio.run(health_status(current.grpc_target, timeout_s=2))
             pieces["ingest"] = "up" if health == "SERVING" else health.lower()
     if current.with_enricher and "enricher" in current.pids:
-        if "enricher" in current.exited or not stack_state.alive(current.pids["enricher"]):
+        if "enricher" in current.exited or not status_file.alive(current.pids["enricher"]):
             pieces["enricher"] = "exited"
         elif _http_ok(current.metrics_url("enricher")):
             pieces["enricher"] = "up"
@@ -227,8 +227,8 @@ def status(workdir: Path, as_json: bool) -> int:
         0 when every piece is up, 1 when no stack runs, 2 when it runs but a piece is not up.
     """
     workdir = workdir.resolve()
-    current = stack_state.read(workdir)
-    if current is None or not stack_state.runs(current.supervisor_pid, _MARKERS["supervisor"]):
+    current = status_file.read(workdir)
+    if current is None or not status_file.runs(current.supervisor_pid, _MARKERS["supervisor"]):
         last = f" (the last start failed: {current.error})" if current and current.error else ""
         if as_json:
             print(json.dumps({"status": "not running", "error": current and current.error}))
