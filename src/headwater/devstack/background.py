@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from headwater.devstack import status_file as status_file
+from headwater.devstack import status_file
 from headwater.devstack.connect import connection_info, connection_text
 from headwater.devstack.processes import CLI, Ports, exit_reason, health_status, log_tail
 from headwater.devstack.progress import ProgressLine

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater.devstack import status_file as status_file
+from headwater.devstack import seeding, status_file
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
@@ -37,12 +37,9 @@ from headwater.devstack.processes import (
 from headwater.devstack.progress import ProgressLine
 from headwater.devstack.readback import missing_acks, read_ingest
 from headwater.devstack.summary import build_summary, read_enriched, render
-from headwater.ingest.auth import hash_token
-from headwater.kafka.settings import resolve_kafka
-from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.runtime.logs import JsonFormatter
-from headwater.topics import INGEST_TOPICS, MASTER_DEVICES_TOPIC
+from headwater.topics import INGEST_TOPICS
 
 
 @dataclass(frozen=True)
@@ -63,17 +60,11 @@ class DevStackOptions:
 
 
 def _tokens_yaml(fleet: list[SimGateway]) -> str:
-    lines = ["gateways:"]
-    for gw in fleet:
-        if gw.gateway_id == "gw-rogue":
-            continue  # its token is unknown to the service on purpose
-        lines += [
-            f"  - id: {gw.gateway_id}",
-            f"    tenant: {gw.tenant}",
-            f"    token_sha256: {hash_token(gw.token)}",
-            f'    devices: ["acme-{gw.gateway_id[3:]}-*"]',
-        ]
-    return "\n".join(lines) + "\n"
+    return seeding.tokens_yaml(
+        seeding.GatewayEntry(gw.gateway_id, gw.tenant, gw.token, (f"acme-{gw.gateway_id[3:]}-*",))
+        for gw in fleet
+        if gw.gateway_id != "gw-rogue"  # its token is unknown to the service on purpose
+    )
 
 
 def _publish_master(bootstrap: str, fleet: list[SimGateway], late: bool) -> int:
@@ -94,7 +85,7 @@ def _publish_master(bootstrap: str, fleet: list[SimGateway], late: bool) -> int:
         for i, device in enumerate(gw.devices)
         if (i % 10 == 9) == late
     ]
-    return master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, records)
+    return seeding.publish_master(bootstrap, records)
 
 
 async def _progress(

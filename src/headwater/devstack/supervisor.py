@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from headwater.devstack import ownership
-from headwater.devstack import status_file as status_file
+from headwater.devstack import ownership, seeding, status_file
 from headwater.devstack.broker import EmbeddedBroker
 from headwater.devstack.processes import (
     PartFailedError,
@@ -38,13 +37,10 @@ from headwater.devstack.processes import (
     wait_serving,
 )
 from headwater.devstack.vendors import ACME_TELEMETRY
-from headwater.ingest.auth import hash_token
 from headwater.kafka.admin import ensure_topics
-from headwater.kafka.settings import resolve_kafka
-from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.subscriber.settings import SubscriberSettings
-from headwater.topics import MASTER_DEVICES_TOPIC, TopicSpec
+from headwater.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,13 +84,9 @@ def _token(workdir: Path) -> str:
 
 
 def _tokens_yaml(token: str) -> str:
-    return (
-        "# Written by headwater devstack up: one gateway that may publish for any device.\n"
-        "gateways:\n"
-        f"  - id: {GATEWAY_ID}\n"
-        f"    tenant: {DEMO_TENANT}\n"
-        f"    token_sha256: {hash_token(token)}\n"
-        '    devices: ["*"]\n'
+    return seeding.tokens_yaml(
+        [seeding.GatewayEntry(GATEWAY_ID, DEMO_TENANT, token, ("*",))],
+        comment="Written by headwater devstack up: one gateway that may publish for any device.",
     )
 
 
@@ -108,8 +100,7 @@ def _publish_demo_master(bootstrap: str) -> None:
         model="sim-1",
         tenant=DEMO_TENANT,
     )
-    # headwater master's own writer (raises MasterStoreError when not acknowledged).
-    master_store.write(resolve_kafka(bootstrap), MASTER_DEVICES_TOPIC, [master])
+    seeding.publish_master(bootstrap, [master])
 
 
 def _create_demo_dead_letter_topic(bootstrap: str) -> None:
