@@ -29,6 +29,7 @@ PRODUCTION = (
     "headwater.subscriber",
     "headwater.ops",
     "headwater.master",
+    "headwater.commands",
     "headwater.kafka",
     "headwater.runtime",
     "headwater.contracts",
