@@ -35,10 +35,10 @@ def read_histories(
     kafka: KafkaSettings, topic: str = COMMAND_STATUS_TOPIC, timeout_s: float = 60.0
 ) -> dict[str, CommandHistory]:
     """Return the history of every command in the topic, by command id."""
-    from headwater.devstack.readback import read_topic
+    from headwater.kafka.read import read_topic
 
     histories: dict[str, CommandHistory] = {}
-    for msg in read_topic(kafka, topic, timeout_s):
+    for msg in read_topic(kafka, topic, timeout_s, client_role="headwater-command-reader"):
         value = msg.value()
         if not value:
             continue
