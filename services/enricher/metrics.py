@@ -18,7 +18,6 @@ headwater_enricher_{producer_to_consumer,consumer_to_processing,end_to_end}_dura
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import Counter
 from typing import Any
@@ -28,6 +27,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from headwater.enricher.budget import REASONS as BUDGET_REASONS
 from headwater.enricher.kafka_sink import BYTES
+from headwater.runtime import stats
 from headwater.runtime.telemetry import SECONDS_BUCKETS
 
 
@@ -43,11 +43,9 @@ def lag_by_topic(source: dict[str, Any]) -> dict[str, int]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Return the ``q`` quantile (0..1) of ``values`` by nearest rank; 0 when empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+    """Return the ``q`` quantile (0..1) of ``values``, 0 when empty (``runtime.stats``' rule)."""
+    found = stats.quantile(values, q)
+    return 0.0 if found is None else found
 
 
 #: Sample name (from the sink) -> what it measures.
