@@ -70,15 +70,20 @@ class DataLossError(EnricherError):
         self.partition = partition
 
 
-#: Spark's refusals of a checkpoint whose state another operator (or layout) wrote.
-_STATE_SCHEMA = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE")
+#: Spark's refusals of a checkpoint whose state another operator (or layout) wrote: which
+#: one Spark reports first depends on what the checkpoint's state metadata already records.
+STATE_REFUSALS = (
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+)
 
 
 def explain_failure(message: str) -> str:
     """Return an operator's one-paragraph account of a stopped query's error text."""
     if "Some data may have been lost" in message or "KAFKA_DATA_LOSS" in message:
         return str(DataLossError(message))
-    if any(code in message for code in _STATE_SCHEMA):
+    if any(code in message for code in STATE_REFUSALS):
         return (
             "the checkpoint holds state in another layout than this state operator's (for "
             "example the Python operator's, before HEADWATER_ENRICHER_STATE_OPERATOR=jvm became "

@@ -43,7 +43,17 @@ RUN_SECONDS = 10
 #: Spark starts twice (run, then up) on a busy 2-core machine.
 UP_WITHIN_S = 420
 #: What make would run, installing nothing (the stamps are taken as up to date).
-MAKE_N = ["make", "-n", "-o", ".venv/.installed-stamp", "-o", ".venv/jvm/.installed-stamp"]
+MAKE_N = [
+    "make",
+    "-n",
+    "--no-print-directory",
+    "-o",
+    ".venv/.installed-stamp",
+    "-o",
+    ".venv/jvm/.installed-stamp",
+]
+#: Under ``make test`` (CI) the outer make's variables would make this one a sub-make.
+_OUTER_MAKE = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -112,6 +122,7 @@ def test_quickstart_as_written(reader: Path):
     expanded = subprocess.run(
         [*MAKE_N, "run", f"ARGS=--duration {RUN_SECONDS}"],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in _OUTER_MAKE},
         capture_output=True,
         text=True,
         check=True,

@@ -45,3 +45,17 @@ def test_a_checkpoint_of_another_state_layout_is_explained() -> None:
     assert "HEADWATER_ENRICHER_STATE_OPERATOR" in text
     assert "Upgrading: the state format changed" in text
     assert text.endswith("state value schema.")
+
+
+def test_a_checkpoint_of_another_stateful_operator_is_explained() -> None:
+    """Spark reports the operator's name first when the state metadata already records it."""
+    from headwater.enricher.errors import explain_failure
+
+    spark = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: "
+        "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator "
+        "name does not match with the operator in state metadata.\n=== Streaming Query ==="
+    )
+    text = explain_failure(spark)
+    assert text.startswith("the checkpoint holds state in another layout"), text
+    assert "HEADWATER_ENRICHER_STATE_OPERATOR" in text

@@ -16,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 
 from headwater.enricher import jvm_state
 from headwater.enricher.decode import key_columns
-from headwater.enricher.errors import explain_failure
+from headwater.enricher.errors import STATE_REFUSALS, explain_failure
 from headwater.enricher.settings import EnricherTopics
 from headwater.enricher.state import Policy, process_devices
 from headwater.proto.events.v1 import (
@@ -144,7 +144,8 @@ def test_a_checkpoint_of_the_other_operator_is_refused_at_start(
     # The operator is told what happened and what to do (errors.explain_failure).
     explained = explain_failure(str(refused.value))
     assert explained.startswith("the checkpoint holds state in another layout"), explained
-    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in explained
+    # Which refusal Spark reports first depends on the checkpoint's state metadata.
+    assert any(code in explained for code in STATE_REFUSALS), explained
     assert "c2" not in {c.message_id for c in completions(reader_after(kafka_bootstrap, topics))}
 
 
