@@ -30,7 +30,7 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandState, Command
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 
 from .book import CommandBook
-from .feed import CLIENT_ROLE, _poll
+from .feed import CLIENT_ROLE, _poll, close_soon
 
 log = logging.getLogger(__name__)
 #: States a gateway may report; QUEUED is the sender's to write.
@@ -107,7 +107,7 @@ class StatusRelay:
                 # (at least once, readers fold repeats); waiting for each would cap the rate.
                 consumer.commit(asynchronous=True)
         finally:
-            await asyncio.to_thread(consumer.close)
+            await close_soon(consumer)
 
     def _check(self, msg: Any) -> CommandStatus | None:
         headers = {k: v for k, v in (msg.headers() or []) if v is not None}
