@@ -10,12 +10,10 @@ them must be completed in the same micro-batch or the next.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from headwater.enricher import job
 from headwater.enricher.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
@@ -60,20 +58,6 @@ def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
     value = p.SerializeToString()
     assert len(value) == size, len(value)
     return value
-
-
-@pytest.fixture
-def running(spark, tmp_path) -> Iterator[Any]:
-    queries = []
-
-    def start(settings: Any) -> Any:
-        q = job.start(spark, settings, str(tmp_path / "stats.jsonl"))
-        queries.append(q)
-        return q
-
-    yield start
-    for q in queries:
-        q.stop()
 
 
 def _batches_with_input(q: Any) -> list[int]:

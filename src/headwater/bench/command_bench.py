@@ -39,8 +39,8 @@ from typing import Any
 from headwater.bench import server_proc
 from headwater.bench.loadgen import percentile_ms
 from headwater.bench.report import machine
+from headwater.devstack import seeding
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.ingest.auth import hash_token
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
@@ -57,15 +57,9 @@ TENANT = "bench"
 
 
 def _tokens(gateways: int) -> str:
-    lines = ["gateways:"]
-    for g in range(gateways):
-        lines += [
-            f"  - id: gw-{g}",
-            f"    tenant: {TENANT}",
-            f"    token_sha256: {hash_token(f'token-{g}')}",
-            f'    devices: ["g{g}-*"]',
-        ]
-    return "\n".join(lines) + "\n"
+    return seeding.tokens_yaml(
+        seeding.GatewayEntry(f"gw-{g}", TENANT, f"token-{g}", (f"g{g}-*",)) for g in range(gateways)
+    )
 
 
 def _start_ingest(servers: str, port: int, prefix: str, tokens: Path) -> subprocess.Popen[bytes]:
