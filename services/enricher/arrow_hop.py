@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headwater.enricher import units
+from headwater.enricher import units, worker_gc
 from headwater.enricher.decode import decode_row
 from headwater.enricher.schema import DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS
 
@@ -75,5 +75,6 @@ def decoder(
         for batch in batches:
             rows = [hop_row(r, master_topic) for r in batch.to_pylist()]
             yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        worker_gc.freeze_survivors()
 
     return run

@@ -38,7 +38,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.enricher import profile
+from headwater.enricher import bench_cpu, profile
 from headwater.enricher.metrics import percentile
 from headwater.enricher.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.admin import ensure_topics
@@ -221,6 +221,7 @@ def bench_fleet(
 
     # Steady offered load: paced producer with received-at = send time.
     watch.measure_after_ms = int(time.time() * 1000)
+    cpu_before = bench_cpu.snapshot()
     p = _producer(bootstrap)
     start, sent = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
@@ -241,6 +242,7 @@ def bench_fleet(
     deadline = time.monotonic() + 120
     while watch.count < target and time.monotonic() < deadline:
         time.sleep(0.2)
+    cpu_offered = bench_cpu.per_message_us(cpu_before, bench_cpu.snapshot(), watch.count - n)
     time.sleep(2 * settings.trigger_interval_seconds + 1)  # the last batches report progress
     progress = [p.json for p in query.recentProgress]
     query.stop()
@@ -262,6 +264,9 @@ def bench_fleet(
         "completed_under_load": watch.count - n,
         "latency_ms_p50": round(percentile(lat, 0.5)),
         "latency_ms_p99": round(percentile(lat, 0.99)),
+        # CPU per message of the offered phase, by part (bench_cpu): the figure that moves
+        # least with the machine's other load.
+        "cpu_offered": cpu_offered,
         "profile_drain": batch_profile(progress, profile_dir, stats_path, 0, drain_end_ms),
         "profile_offered": batch_profile(
             progress, profile_dir, stats_path, watch.measure_after_ms, 2**62

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.enricher import unproducible
+from headwater.enricher import unproducible, worker_gc
 from headwater.enricher.errors import KafkaDeliveryError
 
 #: Not "kafka": Spark's built-in Kafka sink would win over a Python one of the same name.
@@ -34,6 +34,8 @@ SINK_NAME = "headwater-kafka"
 _PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
 #: The counts key of the bytes written (keys and values).
 BYTES = "bytes"
+#: The sink's producer lingers at least this long (ms): it flushes at the end of each phase.
+SINK_LINGER_MS = 100
 #: Latency samples kept per task and name; enough for p99 without shipping every value.
 MAX_SAMPLES = 2000
 
@@ -46,7 +48,11 @@ def client_config(options: Mapping[str, str]) -> dict[str, Any]:
 def _producer(options: Mapping[str, str]) -> Producer:
     """Return this worker's producer for ``options``; Python workers are reused by Spark."""
     conf = client_config(options) | {"acks": "all"}
-    conf.setdefault("linger.ms", "5")
+    # Each phase of a task ends in flush(), which sends at once whatever linger.ms says, so
+    # here linger only decides how many records share a produce request. The shared 5 ms
+    # cut a task's events into many small requests: 4,000 records flushed in 83 ms at 5 ms,
+    # in 11-16 ms at 100 ms (embedded broker), and the broker handles fewer requests.
+    conf["linger.ms"] = str(max(int(conf.get("linger.ms", 0)), SINK_LINGER_MS))
     key = tuple(sorted((k, str(v)) for k, v in conf.items()))
     if key not in _PRODUCERS:
         _PRODUCERS[key] = Producer(conf)
@@ -242,6 +248,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     report.sample("ingest_to_ack", acked_ms - c["received_ms"])
             _flush(producer, d, timeout_s)
             report.timing_ms["completions"] = (time.perf_counter() - flushed) * 1000
+        worker_gc.freeze_survivors()
         return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

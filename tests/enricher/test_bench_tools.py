@@ -146,3 +146,48 @@ def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
     assert result["messages"] == 50
     assert result["cpu_us_per_message"] > 0
     assert spark.sparkContext._jsc is not None, "the suite's session is still up"
+
+
+def test_cpu_per_message_counts_this_process_and_its_children() -> None:
+    """bench_cpu reads the tree's CPU time by part: a busy child shows up, and per message."""
+    import subprocess
+    import sys
+    import time
+
+    from headwater.enricher import bench_cpu
+
+    before = bench_cpu.snapshot()
+    assert before, "no /proc: this suite runs on Linux"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\ntime.sleep(5)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        after = bench_cpu.snapshot()
+        while after.get(child.pid, ("", 0.0))[1] < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            after = bench_cpu.snapshot()
+        assert after[child.pid][0] == "bench"  # a plain Python child: neither JVM nor worker
+        us = bench_cpu.per_message_us(before, after, 1000)
+        assert us["bench_us"] >= 250  # 0.3 s of the child's CPU over 1,000 messages
+        assert us["total_us"] >= us["bench_us"]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cpu_parts_are_named_by_command_line() -> None:
+    """The broker, Spark's Python workers and the Spark JVM are told apart by command line."""
+    from headwater.enricher.bench_cpu import _part
+
+    assert _part("/usr/bin/java -Xmx1g kafka.Kafka /tmp/server.properties") == "broker"
+    assert _part("/venv/bin/python -m pyspark.daemon pyspark.worker") == "python_workers"
+    assert (
+        _part("/usr/bin/java -cp spark/jars/* org.apache.spark.deploy.SparkSubmit") == "spark_jvm"
+    )
+    assert _part("/venv/bin/python -m headwater.enricher.bench") == "bench"

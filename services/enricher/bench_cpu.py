@@ -1,0 +1,78 @@
+"""CPU seconds of the benchmark's process tree by part, read from ``/proc`` (Linux).
+
+Throughput and latency on a 2-core machine move with whatever else runs on it; CPU time
+per message moves much less, and says which part to work on: the Spark JVM (source,
+shuffle, keyed state, Arrow to and from Python, the JIT), the Python workers (the hop and
+the sink), the embedded broker. ``snapshot`` is taken before and after a phase; Spark's
+Python workers are reused, so a worker that exits between the two loses only its last
+task's share.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+#: Parts of the tree, by a marker of their command line (first match wins).
+PARTS = (
+    ("broker", "kafka.Kafka"),
+    ("python_workers", "pyspark.daemon"),
+    ("spark_jvm", "java"),
+)
+
+
+def _part(cmdline: str) -> str:
+    for name, marker in PARTS:
+        if marker in cmdline:
+            return name
+    return "bench"
+
+
+def snapshot(root: int | None = None) -> dict[int, tuple[str, float]]:
+    """Return {pid: (part, CPU seconds so far)} of ``root`` (default: this process) and below.
+
+    Empty where ``/proc`` is not there.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = defaultdict(list)
+    stats: dict[int, list[str]] = {}
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        stats[int(d.name)] = fields
+        children[int(fields[1])].append(int(d.name))
+    tree, i = [root or os.getpid()], 0
+    while i < len(tree):
+        tree += children[tree[i]]
+        i += 1
+    out: dict[int, tuple[str, float]] = {}
+    for pid in tree:
+        try:
+            cmdline = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if pid in stats:  # utime + stime, fields 14 and 15 of stat (after the command name)
+            ticks = int(stats[pid][11]) + int(stats[pid][12])
+            out[pid] = (_part(cmdline), ticks / tick)
+    return out
+
+
+def per_message_us(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], messages: int
+) -> dict[str, float]:
+    """Return the CPU microseconds per message of each part between two snapshots."""
+    spent: dict[str, float] = defaultdict(float)
+    for pid, (part, seconds) in after.items():
+        spent[part] += seconds - (before[pid][1] if pid in before else 0.0)
+    n = max(messages, 1)
+    out = {f"{part}_us": round(s / n * 1e6, 1) for part, s in sorted(spent.items())}
+    out["total_us"] = round(sum(spent.values()) / n * 1e6, 1)
+    return out
