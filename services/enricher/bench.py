@@ -8,8 +8,10 @@
    number of records (acks=all), no Spark;
 3. drain: the query (``local[2]`` unless ``--spark-master``) drains the same backlog;
    sustained msg/s is measured from the first to the last completion;
-4. latency: records are offered at ``--rate`` msg/s for ``--seconds`` while the query runs;
-   ingest received-at to completion visible, p50/p99.
+4. latency: records are offered at ``--rate`` msg/s, first for ``--warmup-seconds`` (not
+   measured: the JVM is still compiling the query's code), then for ``--seconds``; ingest
+   received-at to completion visible, p50/p99, and CPU time per message by part
+   (``bench_cpu``: Spark's JVM, its Python workers, the broker).
 
 The queries, in one run: the enricher (its state operator from ``--operator``, ``jvm`` by
 default), then its floors (``--floors``, ``bench_floor.py``): ``floor-jvm``, the JVM keyed
@@ -169,6 +171,26 @@ class CompletionWatch(threading.Thread):
         self.c.close()
 
 
+def offer(p: Any, topic: str, first: int, rate: int, seconds: float, devices: int, run: str) -> int:
+    """Produce ``rate`` records a second for ``seconds`` from record ``first``; return how many."""
+    start, sent = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        due = int((time.perf_counter() - start) * rate)
+        now_ms = int(time.time() * 1000)
+        while sent < due:
+            key, value, headers = telemetry_record(first + sent, devices, run, now_ms)
+            try:
+                p.produce(topic, value=value, key=key, headers=headers)
+            except BufferError:
+                p.poll(0.05)
+                continue
+            sent += 1
+        p.poll(0)
+        time.sleep(0.005)
+    p.flush(60)
+    return sent
+
+
 def bench_fleet(
     spark: Any,
     bootstrap: str,
@@ -179,6 +201,7 @@ def bench_fleet(
     query_kind: str = "enricher",
     floor_buckets: int = 0,
     operator: str = "python",
+    warmup: float = 0.0,
 ) -> dict[str, Any]:
     """Run the three measurements for one fleet size, of one query (``QUERIES``)."""
     from headwater.enricher import job
@@ -219,30 +242,24 @@ def bench_fleet(
         max(drained - first_batch, 0) / window if drained > first_batch else drained / window
     )
 
-    # Steady offered load: paced producer with received-at = send time.
-    watch.measure_after_ms = int(time.time() * 1000)
-    cpu_before = bench_cpu.snapshot()
+    # Steady offered load: paced producer with received-at = send time. The first
+    # ``warmup`` seconds are not measured: the JIT is still compiling the query's code then
+    # (jdk.Compilation: 6.7 s of compile time in the last 22 s of a 60 s run), and the
+    # floors, measured later in the same JVM, would otherwise meet a warmer one.
     p = _producer(bootstrap)
-    start, sent = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        due = int((time.perf_counter() - start) * rate)
-        now_ms = int(time.time() * 1000)
-        while sent < due:
-            key, value, headers = telemetry_record(n + sent, devices, run, now_ms)
-            try:
-                p.produce(topics.ingest[0], value=value, key=key, headers=headers)
-            except BufferError:
-                p.poll(0.05)
-                continue
-            sent += 1
-        p.poll(0)
-        time.sleep(0.005)
-    p.flush(60)
+    warm = offer(p, topics.ingest[0], n, rate, warmup, devices, run)
+    watch.measure_after_ms = int(time.time() * 1000)
+    measured_from = watch.count
+    cpu_before = bench_cpu.snapshot()
+    sent = offer(p, topics.ingest[0], n + warm, rate, seconds, devices, run)
+    sent += warm
     target = n + sent
     deadline = time.monotonic() + 120
     while watch.count < target and time.monotonic() < deadline:
         time.sleep(0.2)
-    cpu_offered = bench_cpu.per_message_us(cpu_before, bench_cpu.snapshot(), watch.count - n)
+    cpu_offered = bench_cpu.per_message_us(
+        cpu_before, bench_cpu.snapshot(), watch.count - measured_from
+    )
     time.sleep(2 * settings.trigger_interval_seconds + 1)  # the last batches report progress
     progress = [p.json for p in query.recentProgress]
     query.stop()
@@ -260,6 +277,7 @@ def bench_fleet(
         "ratio_to_ceiling": round(sustained / ceiling, 3),
         "offered_rate_msgs_per_s": rate,
         "offered_seconds": seconds,
+        "warmup_seconds": warmup,
         "offered_sent": sent,
         "completed_under_load": watch.count - n,
         "latency_ms_p50": round(percentile(lat, 0.5)),
@@ -404,6 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=int, default=30, help="length of the latency phase")
     parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=10.0,
+        help="offered load before the latency phase, not measured (the JIT warms up)",
+    )
+    parser.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
     )
     parser.add_argument("--spark-master", default="local[2]")
@@ -471,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                     kind,
                     args.floor_buckets,
                     args.operator,
+                    warmup=args.warmup_seconds,
                 )
                 results.append(result)
                 print(json.dumps(result), flush=True)
