@@ -93,6 +93,31 @@ async def test_online_gateway_gets_its_command_and_the_ack_ends_delivery(
     await again.close()
 
 
+async def test_the_ack_itself_writes_delivered(command_topics, start_command_ingest):
+    # The raw stream reports nothing: the DELIVERED on the status topic is ingest's, written
+    # on the acknowledgement (the command is in the gateway's spool), with the gateway.
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    command = await asyncio.to_thread(send, command_topics, command_id="acked")
+    got = (await stream.next()).command
+    stream.ack(got.command_id, got.device_id)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        histories = await asyncio.to_thread(
+            read_histories, command_topics.kafka, command_topics.status, 5
+        )
+        if histories[command.command_id].current.state == CommandState.COMMAND_STATE_DELIVERED:
+            break
+        await asyncio.sleep(0.2)
+    current = histories[command.command_id].current
+    assert (current.state, current.gateway_id, current.tenant) == (
+        CommandState.COMMAND_STATE_DELIVERED,
+        "gw-a",
+        "acme",
+    )
+    await stream.close()
+
+
 async def test_unacked_commands_come_again_in_order_on_the_next_stream(
     command_topics, start_command_ingest
 ):

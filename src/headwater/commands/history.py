@@ -30,6 +30,21 @@ class CommandHistory:
                 best = record
         return best
 
+    @property
+    def states(self) -> list[str]:
+        """State names in log order; a record repeating the state before it is left out.
+
+        States arrive at least once: ingest writes DELIVERED on the gateway's
+        acknowledgement and the gateway reports it too, and a relay restarted mid-batch
+        writes some again.
+        """
+        names: list[str] = []
+        for record in self.records:
+            name = model.state_name(record.state)
+            if not names or names[-1] != name:
+                names.append(name)
+        return names
+
 
 def read_histories(
     kafka: KafkaSettings, topic: str = COMMAND_STATUS_TOPIC, timeout_s: float = 60.0
@@ -61,5 +76,5 @@ def as_row(history: CommandHistory) -> dict[str, object]:
         "time_ms": current.time.ToMilliseconds(),
         "first_ms": min(r.time.ToMilliseconds() for r in history.records),
         "gateway_id": current.gateway_id,
-        "states": [model.state_name(r.state) for r in history.records],
+        "states": history.states,
     }
