@@ -12,6 +12,8 @@ import pytest
 from headwater.commands import CommandSender
 from headwater.commands.history import read_histories
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
+from headwater.ingest.commands.relay import StatusRelay
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
@@ -300,3 +302,48 @@ async def test_a_revoked_gateway_loses_its_command_stream(
         await stream.next(within_s=10)  # idle: the periodic check notices within a second or two
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     await stream.close()
+
+
+async def test_relay_commits_acked_batches_only_and_in_order(kafka_bootstrap, topic_factory):
+    # The relay writes the next batch before the last one's statuses are acked; offsets
+    # must still be committed only up to the oldest batch not yet acked, or a crash
+    # would lose reports.
+    from collections import deque
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    topic = topic_factory("relay-commits", partitions=2)
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    consumer = Consumer(kafka.consumer_config("test", f"relay-{uuid.uuid4().hex[:8]}"))
+    loop = asyncio.get_running_loop()
+    older, newer = loop.create_future(), loop.create_future()
+    pending = deque([(older, {(topic, 0): 5}), (newer, {(topic, 0): 9, (topic, 1): 3})])
+    newer.set_result([])
+    StatusRelay._commit_acked(consumer, pending)
+    assert len(pending) == 2  # the older batch is not acked: nothing is committed
+
+    def committed() -> list[int] | None:
+        parts = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        try:
+            return [tp.offset for tp in consumer.committed(parts, timeout=10)]
+        except KafkaException:  # a fresh broker's group coordinator is still loading
+            return None
+
+    def committed_once(ok) -> list[int] | None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 10
+        while not ok(now := committed()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return now
+
+    older.set_result([])
+    StatusRelay._commit_acked(consumer, pending)
+    assert not pending
+    assert await asyncio.to_thread(committed_once, lambda now: now == [9, 3]) == [9, 3]
+    failed = loop.create_future()
+    failed.set_exception(RuntimeError("not acked"))
+    pending.append((failed, {(topic, 0): 20}))
+    with pytest.raises(RuntimeError):
+        StatusRelay._commit_acked(consumer, pending)  # the run ends; read again from 9
+    await asyncio.sleep(0.5)
+    assert await asyncio.to_thread(committed_once, lambda now: now is not None) == [9, 3]
+    await asyncio.to_thread(consumer.close)
