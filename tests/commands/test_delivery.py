@@ -225,6 +225,41 @@ async def test_calls_without_credentials_or_over_the_stream_limit_are_refused(
     await second.close()
 
 
+async def test_a_command_stream_holds_one_of_the_gateways_stream_slots(
+    command_topics, start_command_ingest
+):
+    # A gateway's max_streams (and the replica's) count command streams too: a gateway
+    # could otherwise hold every publishing stream it may, plus command streams.
+    ingest = await start_command_ingest(ingest={"gateway_max_streams": 1})
+    target = f"127.0.0.1:{ingest.port}"
+    commands = RawStream(target)
+    await asyncio.to_thread(send, command_topics, command_id="slot")
+    assert (await commands.next()).command.command_id == "slot"  # open, holding the slot
+
+    async def frames():
+        await asyncio.sleep(30)
+        yield b""
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        telemetry = ingest_service_pb2_grpc.IngestServiceStub(channel).StreamTelemetry(
+            frames(), metadata=bearer("gw-a")
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await telemetry.read()
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "open streams" in (caught.value.details() or "")
+    await commands.close()
+    await asyncio.sleep(0.3)  # the closed stream gives its slot back
+    again = RawStream(target)
+    assert (await again.next()).command.command_id == "slot"  # unacked: sent again
+    second = RawStream(target)  # and the same gateway's second stream is refused
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await second.next()
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await second.close()
+    await again.close()
+
+
 def report(command, state, device=None) -> DeviceMessage:
     status = CommandStatus(
         command_id=command.command_id, device_id=device or command.device_id, state=state

@@ -11,13 +11,14 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
 from opentelemetry.metrics import Meter, Observation
 
 from headwater.commands import model
-from headwater.ingest.auth import Authenticator
+from headwater.ingest.auth import Authenticator, Gateway
 from headwater.ingest.producer import RecordWriter
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
@@ -99,6 +100,7 @@ class CommandService:
         writer: RecordWriter,
         authenticator: Authenticator,
         meter: Meter,
+        stream_slot: Callable[[Gateway], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.settings = settings
         self._writer = writer
@@ -109,7 +111,12 @@ class CommandService:
             kafka, self.book, prefix + COMMANDS_TOPIC, self._status_topic, self._read
         )
         self.delivery = CommandDelivery(
-            settings, self.book, authenticator, self.feed.caught_up, self._delivered
+            settings,
+            self.book,
+            authenticator,
+            self.feed.caught_up,
+            self._delivered,
+            stream_slot,
         )
         self.metrics = CommandMetrics(meter, self.book, self.delivery)
         self.relay = StatusRelay(
