@@ -137,3 +137,18 @@ def test_relay_checks_every_report():
     not_protobuf = SimpleNamespace(value=lambda: b"\xff\xff", headers=lambda: [])
     assert relay._check(not_protobuf) is None
     assert [r for _, r in seen] == ["", *cases, "NOT_A_COMMAND_STATUS"]
+
+
+def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):
+    # A broker outage fails ingest's DELIVERED write for every acknowledged command:
+    # one warning with the count, not one per command.
+    from headwater.ingest.commands import service
+    from headwater.ingest.commands.book import Entry
+
+    monkeypatch.setattr(service, "_unwritten", {"count": 0, "logged_at": 0.0})
+    entry = Entry(command("c1"), ("acme", "d1", "c1"), 0, 0)
+    for _ in range(1000):
+        service._not_written(entry, RuntimeError("broker down"))
+    warnings = [r for r in caplog.records if "cannot write DELIVERED" in r.getMessage()]
+    assert len(warnings) == 1
+    assert service._unwritten["count"] == 999

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -239,11 +240,26 @@ def _check_written(entry: Entry, written: asyncio.Future[Any]) -> None:
         _not_written(entry, written.exception())
 
 
+#: Failed DELIVERED writes not logged yet, and when the last warning was logged.
+_unwritten = {"count": 0, "logged_at": 0.0}
+#: A broker outage fails every write: one warning (with the count) this often at most.
+_UNWRITTEN_LOG_EVERY_S = 10.0
+
+
 def _not_written(entry: Entry, exc: BaseException | None) -> None:
+    _unwritten["count"] += 1
+    now = time.monotonic()
+    if now - _unwritten["logged_at"] < _UNWRITTEN_LOG_EVERY_S:
+        return
     log.warning(
-        "cannot write DELIVERED for an acknowledged command; the gateway's report will",
-        extra={"command_id": entry.command.command_id, "error": repr(exc)},
+        "cannot write DELIVERED for acknowledged commands; the gateways' reports will",
+        extra={
+            "command_id": entry.command.command_id,
+            "error": repr(exc),
+            "failed_since_last_warning": _unwritten["count"],
+        },
     )
+    _unwritten["count"], _unwritten["logged_at"] = 0, now
 
 
 async def _again(run: Callable[[], Awaitable[None]], name: str) -> None:
