@@ -152,3 +152,17 @@ def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):
     warnings = [r for r in caplog.records if "cannot write DELIVERED" in r.getMessage()]
     assert len(warnings) == 1
     assert service._unwritten["count"] == 999
+
+
+def test_history_shows_each_state_once_in_the_order_of_a_commands_life():
+    # Ingest's DELIVERED (at the ack) can land before the sender's QUEUED, and the
+    # gateway reports DELIVERED again: the records are kept as read, the states folded.
+    from headwater.commands.history import CommandHistory
+
+    c = command("c1")
+    log_order = [S.COMMAND_STATE_DELIVERED, S.COMMAND_STATE_QUEUED, S.COMMAND_STATE_DELIVERED]
+    records = [model.status_of(c, state) for state in [*log_order, S.COMMAND_STATE_EXECUTED]]
+    history = CommandHistory("c1", records)
+    assert history.states == ["QUEUED", "DELIVERED", "EXECUTED"]
+    assert len(history.records) == 4
+    assert history.current.state == S.COMMAND_STATE_EXECUTED

@@ -32,18 +32,18 @@ class CommandHistory:
 
     @property
     def states(self) -> list[str]:
-        """State names in log order; a record repeating the state before it is left out.
+        """The states the command reached, each once, in the order of its life.
 
-        States arrive at least once: ingest writes DELIVERED on the gateway's
-        acknowledgement and the gateway reports it too, and a relay restarted mid-batch
-        writes some again.
+        Records are not in that order, nor once each: states arrive at least once and
+        from several writers. Ingest writes DELIVERED at the gateway's acknowledgement,
+        which can land before the sender's QUEUED, and the gateway reports DELIVERED
+        again. Ordered by :func:`model.rank`; final states (one rank) as first seen.
         """
-        names: list[str] = []
-        for record in self.records:
-            name = model.state_name(record.state)
-            if not names or names[-1] != name:
-                names.append(name)
-        return names
+        first: dict[int, int] = {}
+        for position, record in enumerate(self.records):
+            first.setdefault(record.state, position)
+        ordered = sorted(first, key=lambda state: (model.rank(state), first[state]))
+        return [model.state_name(state) for state in ordered]
 
 
 def read_histories(
