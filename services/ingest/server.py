@@ -137,6 +137,7 @@ class IngestServer:
                 self.writer,
                 authenticator,
                 self.telemetry.meter_provider.get_meter("headwater.ingest.commands"),
+                self._servicer.stream_slot,
             )
             server.add_generic_rpc_handlers([self.commands.rpc_handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -72,6 +72,10 @@ class IngestServicer:
         )
         self._draining = asyncio.Event()
 
+    def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+        """Hold one of this replica's stream slots for ``gateway`` (other streaming RPCs)."""
+        return self._admission.stream_slot(gateway)
+
     def begin_drain(self) -> None:
         """Refuse new work and end open streams once their frames are answered."""
         self._draining.set()

@@ -94,13 +94,15 @@ async def start_command_ingest(command_topics, tokens_file):
     started = []
     group = f"relay-{uuid.uuid4().hex[:8]}"
 
-    async def start(**overrides):
+    async def start(ingest=None, **overrides):
+        """``ingest``: IngestSettings fields to change; the rest: CommandSettings'."""
         settings = IngestSettings(
             listen_address="127.0.0.1:0",
             tokens_file=str(tokens_file),
             produce_timeout_seconds=5.0,
             drain_grace_seconds=1.0,
             kafka=command_topics.kafka,
+            **(ingest or {}),
         )
         commands = CommandSettings(
             topic_prefix=command_topics.prefix,

@@ -12,6 +12,8 @@ import pytest
 from headwater.commands import CommandSender
 from headwater.commands.history import read_histories
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
+from headwater.ingest.commands.relay import StatusRelay
+from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
@@ -91,6 +93,31 @@ async def test_online_gateway_gets_its_command_and_the_ack_ends_delivery(
     again = RawStream(target)
     await again.nothing_for(1.5)  # acknowledged: never sent again
     await again.close()
+
+
+async def test_the_ack_itself_writes_delivered(command_topics, start_command_ingest):
+    # The raw stream reports nothing: the DELIVERED on the status topic is ingest's, written
+    # on the acknowledgement (the command is in the gateway's spool), with the gateway.
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    command = await asyncio.to_thread(send, command_topics, command_id="acked")
+    got = (await stream.next()).command
+    stream.ack(got.command_id, got.device_id)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        histories = await asyncio.to_thread(
+            read_histories, command_topics.kafka, command_topics.status, 5
+        )
+        if histories[command.command_id].current.state == CommandState.COMMAND_STATE_DELIVERED:
+            break
+        await asyncio.sleep(0.2)
+    current = histories[command.command_id].current
+    assert (current.state, current.gateway_id, current.tenant) == (
+        CommandState.COMMAND_STATE_DELIVERED,
+        "gw-a",
+        "acme",
+    )
+    await stream.close()
 
 
 async def test_unacked_commands_come_again_in_order_on_the_next_stream(
@@ -198,6 +225,41 @@ async def test_calls_without_credentials_or_over_the_stream_limit_are_refused(
     await second.close()
 
 
+async def test_a_command_stream_holds_one_of_the_gateways_stream_slots(
+    command_topics, start_command_ingest
+):
+    # A gateway's max_streams (and the replica's) count command streams too: a gateway
+    # could otherwise hold every publishing stream it may, plus command streams.
+    ingest = await start_command_ingest(ingest={"gateway_max_streams": 1})
+    target = f"127.0.0.1:{ingest.port}"
+    commands = RawStream(target)
+    await asyncio.to_thread(send, command_topics, command_id="slot")
+    assert (await commands.next()).command.command_id == "slot"  # open, holding the slot
+
+    async def frames():
+        await asyncio.sleep(30)
+        yield b""
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        telemetry = ingest_service_pb2_grpc.IngestServiceStub(channel).StreamTelemetry(
+            frames(), metadata=bearer("gw-a")
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await telemetry.read()
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "open streams" in (caught.value.details() or "")
+    await commands.close()
+    await asyncio.sleep(0.3)  # the closed stream gives its slot back
+    again = RawStream(target)
+    assert (await again.next()).command.command_id == "slot"  # unacked: sent again
+    second = RawStream(target)  # and the same gateway's second stream is refused
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await second.next()
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await second.close()
+    await again.close()
+
+
 def report(command, state, device=None) -> DeviceMessage:
     status = CommandStatus(
         command_id=command.command_id, device_id=device or command.device_id, state=state
@@ -275,3 +337,48 @@ async def test_a_revoked_gateway_loses_its_command_stream(
         await stream.next(within_s=10)  # idle: the periodic check notices within a second or two
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     await stream.close()
+
+
+async def test_relay_commits_acked_batches_only_and_in_order(kafka_bootstrap, topic_factory):
+    # The relay writes the next batch before the last one's statuses are acked; offsets
+    # must still be committed only up to the oldest batch not yet acked, or a crash
+    # would lose reports.
+    from collections import deque
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    topic = topic_factory("relay-commits", partitions=2)
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    consumer = Consumer(kafka.consumer_config("test", f"relay-{uuid.uuid4().hex[:8]}"))
+    loop = asyncio.get_running_loop()
+    older, newer = loop.create_future(), loop.create_future()
+    pending = deque([(older, {(topic, 0): 5}), (newer, {(topic, 0): 9, (topic, 1): 3})])
+    newer.set_result([])
+    StatusRelay._commit_acked(consumer, pending)
+    assert len(pending) == 2  # the older batch is not acked: nothing is committed
+
+    def committed() -> list[int] | None:
+        parts = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        try:
+            return [tp.offset for tp in consumer.committed(parts, timeout=10)]
+        except KafkaException:  # a fresh broker's group coordinator is still loading
+            return None
+
+    def committed_once(ok) -> list[int] | None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 10
+        while not ok(now := committed()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return now
+
+    older.set_result([])
+    StatusRelay._commit_acked(consumer, pending)
+    assert not pending
+    assert await asyncio.to_thread(committed_once, lambda now: now == [9, 3]) == [9, 3]
+    failed = loop.create_future()
+    failed.set_exception(RuntimeError("not acked"))
+    pending.append((failed, {(topic, 0): 20}))
+    with pytest.raises(RuntimeError):
+        StatusRelay._commit_acked(consumer, pending)  # the run ends; read again from 9
+    await asyncio.sleep(0.5)
+    assert await asyncio.to_thread(committed_once, lambda now: now is not None) == [9, 3]
+    await asyncio.to_thread(consumer.close)

@@ -42,7 +42,7 @@ async def test_online_command_is_delivered_executed_and_reported(
         ids = [ok.command_id, bad.command_id, nope.command_id]
         histories = await wait_for_states(command_topics, ids, {"EXECUTED", "FAILED", "REJECTED"})
     executed = histories[ok.command_id]
-    assert [state_name(r.state) for r in executed.records] == ["QUEUED", "DELIVERED", "EXECUTED"]
+    assert executed.states == ["QUEUED", "DELIVERED", "EXECUTED"]
     assert executed.current.result == b"ok:21" and executed.current.gateway_id == "gw-a"
     failed = histories[bad.command_id].current
     assert state_name(failed.state) == "FAILED" and "valve stuck" in failed.reason

@@ -137,3 +137,32 @@ def test_relay_checks_every_report():
     not_protobuf = SimpleNamespace(value=lambda: b"\xff\xff", headers=lambda: [])
     assert relay._check(not_protobuf) is None
     assert [r for _, r in seen] == ["", *cases, "NOT_A_COMMAND_STATUS"]
+
+
+def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):
+    # A broker outage fails ingest's DELIVERED write for every acknowledged command:
+    # one warning with the count, not one per command.
+    from headwater.ingest.commands import service
+    from headwater.ingest.commands.book import Entry
+
+    monkeypatch.setattr(service, "_unwritten", {"count": 0, "logged_at": 0.0})
+    entry = Entry(command("c1"), ("acme", "d1", "c1"), 0, 0)
+    for _ in range(1000):
+        service._not_written(entry, RuntimeError("broker down"))
+    warnings = [r for r in caplog.records if "cannot write DELIVERED" in r.getMessage()]
+    assert len(warnings) == 1
+    assert service._unwritten["count"] == 999
+
+
+def test_history_shows_each_state_once_in_the_order_of_a_commands_life():
+    # Ingest's DELIVERED (at the ack) can land before the sender's QUEUED, and the
+    # gateway reports DELIVERED again: the records are kept as read, the states folded.
+    from headwater.commands.history import CommandHistory
+
+    c = command("c1")
+    log_order = [S.COMMAND_STATE_DELIVERED, S.COMMAND_STATE_QUEUED, S.COMMAND_STATE_DELIVERED]
+    records = [model.status_of(c, state) for state in [*log_order, S.COMMAND_STATE_EXECUTED]]
+    history = CommandHistory("c1", records)
+    assert history.states == ["QUEUED", "DELIVERED", "EXECUTED"]
+    assert len(history.records) == 4
+    assert history.current.state == S.COMMAND_STATE_EXECUTED

@@ -7,7 +7,9 @@ leaves them in the book, and the next stream (on any replica) sends them again, 
 So: per-device order, at least once; the gateway stores a command id once.
 
 Flow control: at most ``max_unacked`` commands are out on a stream; the next one waits
-for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open streams.
+for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open command
+streams, and a command stream holds one of the replica's stream slots like a publishing
+stream does (HEADWATER_INGEST_MAX_STREAMS, the gateway's max_streams).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import grpc
@@ -76,8 +79,12 @@ class CommandDelivery:
         authenticator: Authenticator,
         caught_up: asyncio.Event,
         on_delivered: Callable[[Entry, str], None],
+        stream_slot: Callable[[Gateway], AbstractContextManager[None]] | None = None,
     ) -> None:
         self._settings = settings
+        #: The replica's stream slots (HEADWATER_INGEST_MAX_STREAMS and the gateway's
+        #: max_streams), shared with the publishing streams; None: not counted (tests).
+        self._stream_slot = stream_slot or (lambda _gateway: contextlib.nullcontext())
         self._book = book
         self._auth = authenticator
         self._caught_up = caught_up
@@ -111,6 +118,7 @@ class CommandDelivery:
         requests: AsyncIterator[api.ReceiveCommandsRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[api.ReceiveCommandsResponse]:
+        held = contextlib.ExitStack()
         try:
             gateway = self._auth.authenticate(
                 context.invocation_metadata() or (), context.auth_context()
@@ -132,7 +140,10 @@ class CommandDelivery:
                     limit_value=self._settings.max_streams_per_gateway,
                     subject=f"gateway:{gateway.gateway_id}",
                 )
+            # Counted with the publishing streams: a stream is a stream to the replica.
+            held.enter_context(self._stream_slot(gateway))
         except IngestError as err:
+            held.close()
             log.info(err.message, extra={"method": METHOD, "code": err.code.name})
             await context.abort_with_status(to_rpc_status(err))
             return
@@ -168,6 +179,7 @@ class CommandDelivery:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acks
             mine.discard(stream)
+            held.close()
             log.info(
                 "command stream closed",
                 extra={"gateway": gateway.gateway_id, "unacked": len(stream.unacked)},

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -33,6 +34,8 @@ from .book import CommandBook
 from .feed import CLIENT_ROLE, _poll, close_soon
 
 log = logging.getLogger(__name__)
+#: Batches written and not yet acked, at most; then the relay waits for the oldest.
+_MAX_PENDING_BATCHES = 16
 #: States a gateway may report; QUEUED is the sender's to write.
 _GATEWAY_STATES = frozenset(
     {
@@ -72,7 +75,14 @@ class StatusRelay:
         self._on_relayed = on_relayed or (lambda _status, _reason: None)
 
     async def run(self) -> None:
-        """Relay until cancelled; offsets are committed after the statuses are acked."""
+        """Relay until cancelled; offsets are committed after the statuses are acked.
+
+        Pipelined: the next batch is read and written while the acks of the last ones are
+        outstanding (waiting for each batch's acks before reading on added a broker round
+        trip to every report that arrived meanwhile). Offsets are committed in read order,
+        up to the last batch whose statuses, and all before it, are acked; a failed write
+        ends the run, and the uncommitted reports are read again (at least once).
+        """
         from confluent_kafka import Consumer
 
         consumer = Consumer(
@@ -80,34 +90,69 @@ class StatusRelay:
             | {"auto.offset.reset": "earliest"}
         )
         consumer.subscribe([self._reports_topic])
+        #: Batches written, oldest first: (all acked, next offsets to commit).
+        pending: deque[tuple[asyncio.Future[Any], dict[tuple[str, int], int]]] = deque()
         try:
             # Reports are checked against the book; before it is caught up, a report for
             # a command it has not read yet would look unknown.
             await self._caught_up.wait()
             while True:
                 batch = await asyncio.to_thread(_poll, consumer)
-                if not batch:
-                    continue
-                futures = []
-                for msg in batch:
-                    status = self._check(msg)
-                    if status is not None:
-                        futures.append(
-                            await self._writer.send(
-                                self._status_topic,
-                                model.command_key(status),
-                                status.SerializeToString(),
-                                [],
-                            )
-                        )
-                if futures:
-                    # Not committed unless all are acked: the batch is read again.
-                    await asyncio.gather(*futures)
-                # Asynchronous: a commit lost to a crash means the batch is relayed again
-                # (at least once, readers fold repeats); waiting for each would cap the rate.
-                consumer.commit(asynchronous=True)
+                if batch:
+                    if len(pending) >= _MAX_PENDING_BATCHES:
+                        await pending[0][0]  # the broker is behind: do not run away from it
+                    pending.append(await self._relay(batch))
+                self._commit_acked(consumer, pending)
         finally:
+            for acked, _ in pending:  # not committed: read again by the next run
+                if acked.done() and not acked.cancelled():
+                    acked.exception()  # retrieved: the run's error is the one raised
+                acked.cancel()
             await close_soon(consumer)
+
+    async def _relay(
+        self, batch: list[Any]
+    ) -> tuple[asyncio.Future[Any], dict[tuple[str, int], int]]:
+        """Write the checked statuses of ``batch``; return (all acked, offsets to commit)."""
+        futures = []
+        offsets: dict[tuple[str, int], int] = {}
+        for msg in batch:
+            offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            status = self._check(msg)
+            if status is not None:
+                futures.append(
+                    await self._writer.send(
+                        self._status_topic,
+                        model.command_key(status),
+                        status.SerializeToString(),
+                        [],
+                    )
+                )
+        return asyncio.gather(*futures), offsets
+
+    @staticmethod
+    def _commit_acked(
+        consumer: Any, pending: deque[tuple[asyncio.Future[Any], dict[tuple[str, int], int]]]
+    ) -> None:
+        """Commit the offsets of the acked batches at the head of ``pending``.
+
+        A failed write raises here: the run ends without committing it (read again).
+        """
+        from confluent_kafka import TopicPartition
+
+        offsets: dict[tuple[str, int], int] = {}
+        while pending and pending[0][0].done():
+            acked, batch_offsets = pending.popleft()
+            acked.result()
+            offsets |= batch_offsets
+        if offsets:
+            # Asynchronous: a commit lost to a crash means those reports are relayed again
+            # (at least once, readers fold repeats); waiting for each would cap the rate.
+            # A partition revoked meanwhile fails its commit: its new owner relays again.
+            consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=True,
+            )
 
     def _check(self, msg: Any) -> CommandStatus | None:
         headers = {k: v for k, v in (msg.headers() or []) if v is not None}

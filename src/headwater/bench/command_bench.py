@@ -260,6 +260,9 @@ async def _measure(
     stored: dict[str, float] = {}
     executed: dict[str, float] = {}
     stop = asyncio.Event()
+    # Gateways started before the server listens fail their first calls and streams
+    # (connection refused), back off and log warnings that are no part of the figures.
+    await _serving(target, ingest_pid)
     clients = asyncio.create_task(
         _gateways(target, opts["gateways"], workdir, stored, executed, stop)
     )
@@ -317,6 +320,32 @@ async def _measure(
         "loadavg_after": [round(x, 2) for x in load_during],
         "fresh_replica": await _catch_up_cost(kafka, prefix),
     }
+
+
+async def _serving(target: str, pid: int, within_s: float = 60.0) -> None:
+    """Wait until the ingest server at ``target`` accepts connections."""
+    import grpc
+
+    deadline = time.monotonic() + within_s
+    async with grpc.aio.insecure_channel(target) as channel:
+        while True:
+            try:
+                await asyncio.wait_for(channel.channel_ready(), 0.5)
+                return
+            except TimeoutError:
+                if not _alive(pid):
+                    raise RuntimeError("the ingest server exited before serving") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no ingest at {target} after {within_s}s") from None
+
+
+def _alive(pid: int) -> bool:
+    """True if the process runs (a zombie, exited and not waited for, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _created_ms(kafka: KafkaSettings, topic: str) -> dict[str, int]:

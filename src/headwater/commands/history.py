@@ -30,6 +30,21 @@ class CommandHistory:
                 best = record
         return best
 
+    @property
+    def states(self) -> list[str]:
+        """The states the command reached, each once, in the order of its life.
+
+        Records are not in that order, nor once each: states arrive at least once and
+        from several writers. Ingest writes DELIVERED at the gateway's acknowledgement,
+        which can land before the sender's QUEUED, and the gateway reports DELIVERED
+        again. Ordered by :func:`model.rank`; final states (one rank) as first seen.
+        """
+        first: dict[int, int] = {}
+        for position, record in enumerate(self.records):
+            first.setdefault(record.state, position)
+        ordered = sorted(first, key=lambda state: (model.rank(state), first[state]))
+        return [model.state_name(state) for state in ordered]
+
 
 def read_histories(
     kafka: KafkaSettings, topic: str = COMMAND_STATUS_TOPIC, timeout_s: float = 60.0
@@ -61,5 +76,5 @@ def as_row(history: CommandHistory) -> dict[str, object]:
         "time_ms": current.time.ToMilliseconds(),
         "first_ms": min(r.time.ToMilliseconds() for r in history.records),
         "gateway_id": current.gateway_id,
-        "states": [model.state_name(r.state) for r in history.records],
+        "states": history.states,
     }
