@@ -15,6 +15,7 @@ import org.apache.spark.sql.Row;
  */
 final class DeviceLogic {
   static final String MISSING_MASTER = "MASTER_DATA_MISSING";
+  static final String PARKED_LIMIT = "PARKED_LIMIT";
   /** Why a message failed inside the keyed state (a bug or an unforeseen value). */
   static final String STATE_FAILED = "STATE_FAILED";
 
@@ -107,6 +108,11 @@ final class DeviceLogic {
       out.add(records.completion(m, Outcome.OUTCOME_DUPLICATE, now, 1, ""));
     } else if (m.hasError()) {
       dead(m, 1, null);
+    } else if (dev.parked >= policy.maxParked) {
+      dead(m, 1, new Why("enrich", PARKED_LIMIT, "ParkedLimitError",
+          "device '" + m.deviceKey + "' already has " + dev.parked
+              + " messages parked waiting for master data (the limit); redrive this one "
+              + "once its master data is in"));
     } else if (dev.master == null || dev.parked > 0) {
       // Behind parked messages of the same device: keep its order.
       park(m, 1);

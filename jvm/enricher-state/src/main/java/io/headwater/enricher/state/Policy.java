@@ -37,6 +37,12 @@ final class Policy implements Serializable {
   final long maxDefinitionBytes;
   /** An event larger than this (estimated before it is built) is a dead letter. */
   final long maxEventBytes;
+  /**
+   * The most messages one device keeps parked (waiting for master data): every retry reads
+   * them all, and a device without master data must not grow its state without bound. A
+   * message over it is a dead letter (PARKED_LIMIT) and can be redriven once master data is in.
+   */
+  final int maxParked;
 
   private Policy(Properties p) {
     completions = need(p, "topic.completions");
@@ -59,6 +65,7 @@ final class Policy implements Serializable {
     maxDefinitions = Integer.parseInt(p.getProperty("max_definitions", "10000"));
     maxDefinitionBytes = Long.parseLong(p.getProperty("max_definition_bytes", "1048576"));
     maxEventBytes = Long.parseLong(p.getProperty("max_event_bytes", "1000000"));
+    maxParked = Integer.parseInt(p.getProperty("max_parked", "10000"));
   }
 
   /** Returns the policy of {@code key=value} lines (java.util.Properties syntax). */

@@ -116,6 +116,29 @@ class DeviceLogicTest {
   }
 
   @Test
+  void aDeviceParksAtMostMaxParkedMessagesAndDeadLettersTheRest() {
+    Policy small = policy("max_parked=3");
+    MemoryDeviceStore store = new MemoryDeviceStore();
+    List<Message> five = new ArrayList<>();
+    for (int i = 1; i <= 5; i++) {
+      five.add(telemetry("m-" + i, i));
+    }
+    List<Row> out = batch(small, store, NOW, five.toArray(new Message[0]));
+    assertEquals(3, store.parked.size(), "the first three wait for master data");
+    assertEquals(List.of("PARKED_LIMIT", "PARKED_LIMIT"),
+        deadLetters(out).stream().map(d -> d.getReason()).toList());
+    assertEquals(List.of("m-4", "m-5"),
+        deadLetters(out).stream().map(d -> d.getMessageId()).toList());
+    assertTrue(deadLetters(out).get(0).getErrorMessage().contains("redrive"));
+    // Nothing is lost: every message has a completion; the parked ones go with master data.
+    assertEquals(5, completions(out).size());
+    List<Row> later = batch(small, store, NOW + 1_000, master());
+    assertEquals(List.of("m-1", "m-2", "m-3"),
+        events(later).stream().map(Event::getMessageId).toList());
+    assertTrue(store.parked.isEmpty());
+  }
+
+  @Test
   void parkedMessagesAreDeadLetteredAtTheLastAttempt() {
     MemoryDeviceStore store = new MemoryDeviceStore();
     batch(policy, store, NOW, telemetry("m-1", 1));
