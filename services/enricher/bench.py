@@ -202,6 +202,7 @@ def bench_fleet(
     floor_buckets: int = 0,
     operator: str = "python",
     warmup: float = 0.0,
+    trigger_seconds: float = 0.5,
 ) -> dict[str, Any]:
     """Run the three measurements for one fleet size, of one query (``QUERIES``)."""
     from headwater.enricher import job
@@ -221,7 +222,7 @@ def bench_fleet(
         profile_dir=profile_dir,
         starting_offsets="earliest",
         max_records_per_trigger=max(n // 4, 10000),
-        trigger_interval_seconds=0.5,
+        trigger_interval_seconds=trigger_seconds,
         topics=topics,
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
         state_operator=operator,
@@ -278,6 +279,7 @@ def bench_fleet(
         "offered_rate_msgs_per_s": rate,
         "offered_seconds": seconds,
         "warmup_seconds": warmup,
+        "trigger_seconds": trigger_seconds,
         "offered_sent": sent,
         "completed_under_load": watch.count - n,
         "latency_ms_p50": round(percentile(lat, 0.5)),
@@ -435,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
         "--shuffle-partitions", type=int, default=2, help="partitions of the keyed state"
     )
     parser.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=0.5,
+        help="the queries' trigger interval (HEADWATER_ENRICHER_TRIGGER_INTERVAL; 0: back to back)",
+    )
+    parser.add_argument(
         "--operator",
         choices=("python", "jvm"),
         default="jvm",
@@ -496,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.floor_buckets,
                     args.operator,
                     warmup=args.warmup_seconds,
+                    trigger_seconds=args.trigger_seconds,
                 )
                 results.append(result)
                 print(json.dumps(result), flush=True)
