@@ -203,6 +203,11 @@ class Authenticator:
         self._allow_unauthenticated = allow_unauthenticated
         self._mtls = mtls
 
+    @property
+    def mtls(self) -> bool:
+        """True when callers are identified by client certificates (their names are read)."""
+        return self._mtls
+
     def generation(self) -> int:
         """Return the tokens table's generation, re-reading the file if it changed.
 

@@ -16,6 +16,12 @@ Two rules keep that from starving callers:
 - each gateway reads one body at a time, so a gateway whose bodies are slow (or never
   come) holds at most one reservation and the others keep reading. The anonymous
   identity is every caller at once and gets no such rule.
+
+Stream frames are not reserved here: a stream keeps a read pending whenever its window has
+room (that is how an idle stream's next frame is noticed), so a reservation would hold the
+largest size for every idle stream and block its gateway's one read. A frame counts once
+read (``Admission.admit``); what gRPC's core holds before that is bounded per stream by
+HTTP/2 flow control (docs/operations.md, "Stream frames and memory").
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class ConfluentWriter:
             producer.poll(0.05)
             if self._acks:
                 acks, self._acks = self._acks, []
-                loop.call_soon_threadsafe(_resolve, acks)
+                loop.call_soon_threadsafe(self._resolve, acks)
 
     async def send(
         self, topic: str, key: bytes, value: bytes, headers: Headers
@@ -198,8 +198,9 @@ class ConfluentWriter:
         if producer is None or self._loop is None:
             raise ProduceError(Kind.RETRIABLE, "the producer is not started", "NOT_STARTED")
         future: asyncio.Future[Delivered] = self._loop.create_future()
+        # Left by _resolve (not by a done callback: that would be one more event-loop
+        # callback per record).
         self._unresolved.add(future)
-        future.add_done_callback(self._unresolved.discard)
 
         def delivered(err: Any, msg: Any) -> None:
             self._acks.append((future, err, msg))
@@ -211,6 +212,7 @@ class ConfluentWriter:
             except BufferError:  # librdkafka's queue is full: wait for acks to drain it
                 await asyncio.sleep(0.005)
             except KafkaException as exc:  # e.g. _FATAL: mapped as delivery errors are
+                self._unresolved.discard(future)
                 future.cancel()
                 raise produce_error(exc.args[0]) from exc
         return future
@@ -238,7 +240,7 @@ class ConfluentWriter:
             producer.purge()
             producer.poll(0)
         acks, self._acks = self._acks, []
-        _resolve(acks)
+        self._resolve(acks)
         # Whatever librdkafka never reported (purged without a report, or lost with a dead
         # instance) fails retriable: its bytes are released and the gateway resends.
         for future in list(self._unresolved):
@@ -252,12 +254,14 @@ class ConfluentWriter:
                 )
         self._unresolved.clear()
 
-
-def _resolve(acks: list[tuple[asyncio.Future[Delivered], Any, Any]]) -> None:
-    for future, err, msg in acks:
-        if future.done():
-            continue
-        if err is not None:
-            future.set_exception(produce_error(err))
-        else:
-            future.set_result(Delivered(msg.topic(), msg.partition(), msg.offset()))
+    def _resolve(self, acks: list[tuple[asyncio.Future[Delivered], Any, Any]]) -> None:
+        """Settle the futures of one poll's delivery reports (on the event loop)."""
+        unresolved = self._unresolved
+        for future, err, msg in acks:
+            unresolved.discard(future)
+            if future.done():
+                continue
+            if err is not None:
+                future.set_exception(produce_error(err))
+            else:
+                future.set_result(Delivered(msg.topic(), msg.partition(), msg.offset()))

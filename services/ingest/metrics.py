@@ -14,30 +14,59 @@ quantiles are PromQL's job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 
-from opentelemetry.metrics import Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.util.types import AttributeValue
 
 from headwater.runtime.conventions import rpc_metric_attributes
 from headwater.runtime.telemetry import SECONDS_BUCKETS
+
+
+class Tally:
+    """A counter kept as plain integers per attribute set, exported at collection time.
+
+    What the SDK's synchronous counter does per ``add`` (a measurement object, exemplar
+    sampling, a lock per aggregation) cost more than a small call's own work (measured:
+    docs/benchmarks.md); here an ``add`` is one dict update on the event loop, and the
+    observable counter of the same name reads the totals when scraped or exported.
+    """
+
+    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
+        self._totals: dict[tuple[tuple[str, str], ...], int] = {}
+        meter.create_observable_counter(
+            name, callbacks=[self._observe], unit=unit, description=description
+        )
+
+    def add(self, amount: int, attributes: Mapping[str, str]) -> None:
+        """Add ``amount`` to the total of ``attributes``."""
+        key = tuple(attributes.items())
+        self._totals[key] = self._totals.get(key, 0) + amount
+
+    def _observe(self, _options: CallbackOptions) -> list[Observation]:
+        # dict() copies in one step under the GIL: the loop may add a key meanwhile.
+        return [Observation(total, dict(key)) for key, total in dict(self._totals).items()]
 
 
 class IngestMetrics:
     """Instruments recorded by the servicer, once per call (not per message)."""
 
     def __init__(self, meter: Meter) -> None:
-        self.requests = meter.create_counter(
-            "headwater.ingest.requests", unit="{request}", description="RPCs by endpoint and code"
+        self.requests = Tally(
+            meter, "headwater.ingest.requests", "{request}", "RPCs by endpoint and code"
         )
-        self.messages = meter.create_counter(
+        self.messages = Tally(
+            meter,
             "headwater.ingest.messages",
-            unit="{message}",
-            description="Device messages by endpoint and per-message code",
+            "{message}",
+            "Device messages by endpoint and per-message code",
         )
-        self.received_bytes = meter.create_counter(
+        self.received_bytes = Tally(
+            meter,
             "headwater.ingest.received",
-            unit="By",
-            description="Device message bytes by endpoint and per-message code",
+            "By",
+            "Device message bytes by endpoint and per-message code",
         )
         self.request_duration = meter.create_histogram(
             "headwater.ingest.request.duration",
@@ -51,16 +80,18 @@ class IngestMetrics:
             description="Time from handing a batch to the producer to the last broker ack",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
-        self.refused_calls = meter.create_counter(
+        self.refused_calls = Tally(
+            meter,
             "headwater.ingest.refused.calls",
-            unit="{call}",
-            description="Calls and stream frames refused unstarted (RESOURCE_EXHAUSTED), by "
+            "{call}",
+            "Calls and stream frames refused unstarted (RESOURCE_EXHAUSTED), by "
             "gateway and the limit that refused them",
         )
-        self.refused_bytes = meter.create_counter(
+        self.refused_bytes = Tally(
+            meter,
             "headwater.ingest.refused",
-            unit="By",
-            description="Request bytes refused unstarted, by gateway and limit",
+            "By",
+            "Request bytes refused unstarted, by gateway and limit",
         )
         self.rpc_call_duration = meter.create_histogram(
             "rpc.server.call.duration",
@@ -72,7 +103,7 @@ class IngestMetrics:
 
     def rpc_call(self, service: str, method: str, code_name: str, seconds: float) -> None:
         """Record one finished RPC under the OpenTelemetry RPC conventions."""
-        self.rpc_call_duration.record(seconds, rpc_metric_attributes(service, method, code_name))
+        self.rpc_call_duration.record(seconds, _rpc_attributes(service, method, code_name))
 
     def observe_inflight(self, read: Callable[[], tuple[int, int]]) -> None:
         """Export in-flight bytes and requests, read at collection time (free per call)."""
@@ -107,3 +138,9 @@ class IngestMetrics:
             unit="By",
             description="Request bytes in flight per gateway, against its share",
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _rpc_attributes(service: str, method: str, code_name: str) -> Mapping[str, AttributeValue]:
+    """``rpc.server.call.duration``'s attributes, built once per method and code."""
+    return rpc_metric_attributes(service, method, code_name)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Tracer
 
 from headwater import wire
@@ -71,6 +72,12 @@ class IngestServicer:
             lambda: self._admission.streams, self._admission.quotas.inflight_by_gateway
         )
         self._draining = asyncio.Event()
+        #: Each endpoint's span attributes, built once (the SDK copies them per span).
+        self._span_attrs = {
+            name: rpc_attributes(SERVICE_NAME, name)
+            for ep in ENDPOINTS
+            for name in (ep.publish_method, ep.stream_method)
+        }
 
     def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
         """Hold one of this replica's stream slots for ``gateway`` (other streaming RPCs)."""
@@ -111,11 +118,12 @@ class IngestServicer:
         attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
         request = b""
         gateway: Gateway | None = None
+        metadata = context.invocation_metadata() or ()
         with contextlib.ExitStack() as held:
             try:
                 # Refusals first, without a span and before the body is read: under
                 # overload they are most calls, and each must cost as little as possible.
-                gateway = self._authenticate(context)
+                gateway = self._authenticate(context, metadata)
                 held.enter_context(self._admission.rpc_slot(gateway))
                 self._check_ready()
                 time_left = _time_left(context.time_remaining())
@@ -132,13 +140,12 @@ class IngestServicer:
                 self._refused(ep, "publish", err, len(request), gateway)
                 await context.abort_with_status(rpc_status_of(err))
             assert gateway is not None  # abort_with_status raised otherwise
-            parent = propagate.extract(dict(context.invocation_metadata() or ()))
             try:
                 with self._tracer.start_as_current_span(
                     f"{SERVICE_NAME}/{ep.publish_method}",
-                    context=parent,
+                    context=_trace_parent(metadata),
                     kind=SpanKind.SERVER,
-                    attributes=rpc_attributes(SERVICE_NAME, ep.publish_method),
+                    attributes=self._span_attrs[ep.publish_method],
                 ) as span:
                     try:
                         _, results = await self._frames.write(
@@ -149,7 +156,7 @@ class IngestServicer:
                             _time_left(context.time_remaining()),
                             place,
                         )
-                        span.set_attributes(rpc_status_attributes("OK"))
+                        span.set_attributes(_OK_STATUS_ATTRIBUTES)
                         return ep.publish_response(results=results)
                     except IngestError as err:
                         attrs["code"] = err.code.name
@@ -187,7 +194,7 @@ class IngestServicer:
         with contextlib.ExitStack() as held:
             try:
                 generation = self._auth.generation()
-                caller = self._authenticate(context)
+                caller = self._authenticate(context, context.invocation_metadata() or ())
                 held.enter_context(self._admission.stream_slot(caller))
             except IngestError as err:
                 self._metrics.requests.add(
@@ -307,7 +314,7 @@ class IngestServicer:
         with self._tracer.start_as_current_span(
             f"{SERVICE_NAME}/{ep.stream_method} frame",
             kind=SpanKind.SERVER,
-            attributes=rpc_attributes(SERVICE_NAME, ep.stream_method),
+            attributes=self._span_attrs[ep.stream_method],
         ) as span:
             try:
                 self._check_ready()
@@ -335,10 +342,13 @@ class IngestServicer:
 
     # --- helpers ----------------------------------------------------------------------
 
-    def _authenticate(self, context: grpc.aio.ServicerContext) -> Gateway:
-        return self._auth.authenticate(
-            context.invocation_metadata() or (), context.auth_context() or {}
-        )
+    def _authenticate(
+        self, context: grpc.aio.ServicerContext, metadata: tuple[tuple[str, str | bytes], ...]
+    ) -> Gateway:
+        # The peer's certificate names are read only where they are used (mTLS): gRPC
+        # builds a new dict of the call's auth context on every auth_context() call.
+        auth_context = (context.auth_context() or {}) if self._auth.mtls else {}
+        return self._auth.authenticate(metadata, auth_context)
 
     def _current_gateway(
         self, identity: tuple[Gateway, int], context: grpc.aio.ServicerContext
@@ -352,7 +362,7 @@ class IngestServicer:
         generation = self._auth.generation()
         if generation == identity[1]:
             return identity
-        return self._authenticate(context), generation
+        return self._authenticate(context, context.invocation_metadata() or ()), generation
 
     def _check_ready(self) -> None:
         if self._draining.is_set():
@@ -399,6 +409,25 @@ class IngestServicer:
             err.message,
             extra={"endpoint": ep.name, "code": err.code.name, "reason": err.reason},
         )
+
+
+#: Metadata keys of the trace-context propagators (W3C trace context and baggage).
+_TRACE_KEYS = frozenset(("traceparent", "tracestate", "baggage"))
+_OK_STATUS_ATTRIBUTES = rpc_status_attributes("OK")
+
+
+#: The parent of a call that sent no trace context: none (the span starts a new trace).
+_NO_PARENT = Context()
+
+
+def _trace_parent(metadata: tuple[tuple[str, str | bytes], ...]) -> Context:
+    """The trace context a caller sent in its metadata (an empty one when it sent none).
+
+    Most gateways send none: the propagators then have nothing to find, so they are not run.
+    """
+    if not any(key in _TRACE_KEYS for key, _ in metadata):
+        return _NO_PARENT
+    return propagate.extract(dict(metadata))
 
 
 def _time_left(time_remaining: float | None) -> float | None:

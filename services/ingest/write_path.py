@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import grpc
 from google.protobuf.message import DecodeError
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from headwater import record_headers as rh
 from headwater import wire
@@ -167,13 +169,15 @@ class FrameWriter:
         pending: list[tuple[int, str, asyncio.Future]] = []
         last_key = ""  # the device id of the last record queued, for the span
         produce_started = time.perf_counter()
-        with self._tracer.start_as_current_span(
+        # The producer span is a child of the call's span, but not made current: its
+        # context is needed only in the records' headers (injected from it directly).
+        with self._tracer.start_span(
             f"send {ep.topic}",
             kind=SpanKind.PRODUCER,
-            attributes=messaging_attributes("send", ep.topic, batch_size=len(frame.messages)),
+            attributes=_send_attributes(ep.topic, len(frame.messages)),
         ) as span:
             carrier: dict[str, str] = {}
-            propagate.inject(carrier)
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
             common = [
                 (rh.GATEWAY_ID, gateway.gateway_id.encode()),
                 (rh.TENANT, gateway.tenant.encode()),
@@ -272,6 +276,12 @@ class FrameWriter:
             attrs = {"endpoint": ep.name, "code": _CODE_NAMES[code]}
             self._metrics.messages.add(count, attrs)
             self._metrics.received_bytes.add(size, attrs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _send_attributes(topic: str, count: int) -> Mapping[str, AttributeValue]:
+    """A producer span's attributes, built once per topic and batch size (the SDK copies them)."""
+    return messaging_attributes("send", topic, batch_size=count)
 
 
 def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:

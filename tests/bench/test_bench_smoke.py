@@ -110,5 +110,9 @@ def test_overload_mode_reports_every_window_and_the_noisy_neighbour(kafka_bootst
         assert g["spooled"] > 0 and g["acked"] > 0
         assert g["lost"] == g["spooled"] - g["acked"] - g["rejected_for_good"] - g["still_spooled"]
         assert g["drain_s"] >= 0 and g["rss_before_mb"] > 0
+        # The server's CPU in the window beside its CPU at capacity: a goodput below
+        # capacity with the server far from a full core was the clients' machine.
+        assert g["server_cpu_share"] > 0
+    assert overload["capacity_server_cpu_share"] > 0
     assert len(report["targets"]) == 22
     assert {t["verdict"] for t in report["targets"]} <= {"met", "MISSED", "info"}

@@ -265,6 +265,7 @@ class _Run:
             loadgen.failed_in,
         )
         capacity = cal.messages / cal.seconds
+        capacity_cpu_share = (server_proc.cpu_seconds(self.pid) - cpu_before) / cal.seconds
         # The server's CPU per answered call at capacity: with the CPU per refusal from
         # the windows, it says what shedding costs against serving on this machine.
         cpu_per_call_ms = (server_proc.cpu_seconds(self.pid) - cpu_before) / (cal.messages / n)
@@ -283,6 +284,7 @@ class _Run:
             "capacity_msgs_per_s": round(capacity),
             "capacity_callers": max(o.batch_callers, CAPACITY_CALLERS),
             "server_cpu_ms_per_ok_call": round(cpu_per_call_ms * 1000, 2),
+            "capacity_server_cpu_share": round(capacity_cpu_share, 2),
             "windows": windows,
             "neighbour": neighbour,
             "gateway_windows": gateways,
@@ -302,6 +304,7 @@ class _Run:
                 await asyncio.sleep(0.2)
 
         sampler = asyncio.create_task(sample())
+        cpu_before = server_proc.cpu_seconds(self.pid)
         try:
             figures = await asyncio.to_thread(
                 gateway_overload.run_window,
@@ -313,10 +316,15 @@ class _Run:
         finally:
             done.set()
             await sampler
+        # The server's CPU over the window and the drain: on a small machine the gateway
+        # processes' spools take CPU the server then lacks, which this shows.
+        cpu_s = server_proc.cpu_seconds(self.pid) - cpu_before
+        busy_s = self.opts.overload_seconds + figures["drain_s"]
         return {
             "factor": factor,
             **figures,
             "goodput_vs_capacity": round(figures["goodput_msgs_per_s"] / capacity, 3),
+            "server_cpu_share": round(cpu_s / busy_s, 2) if busy_s else None,
             "rss_before_mb": before,
             "rss_growth_mb": round(peak - before, 1),
         }

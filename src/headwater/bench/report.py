@@ -162,7 +162,9 @@ def verdicts(rows: list[Row], overload: dict[str, Any] | None) -> list[dict[str,
                 size,
                 f"{at}: goodput >= {GATEWAY_GOODPUT:.0%} of capacity",
                 f"{g['goodput_vs_capacity']:.0%} (spooled {g['spooled_msgs_per_s']:,}/s of "
-                f"{g['offered_msgs_per_s']:,}/s offered)",
+                f"{g['offered_msgs_per_s']:,}/s offered; server CPU "
+                f"{g.get('server_cpu_share')} cores, "
+                f"{overload.get('capacity_server_cpu_share')} at capacity)",
                 g["goodput_vs_capacity"] >= GATEWAY_GOODPUT,
             )
             add(
