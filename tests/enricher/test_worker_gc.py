@@ -22,15 +22,13 @@ def test_survivors_are_frozen_and_the_tasks_garbage_is_collected() -> None:
     try:
         worker_gc.freeze_survivors()
         assert gone() is None  # collected before the freeze, not frozen with the rest
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
+        assert gc.get_freeze_count() > 0
         # Objects created after the freeze are collected as before.
         later = _Node()
         later_ref = weakref.ref(later)
         del later
         gc.collect()
         assert later_ref() is None
-        assert gc.get_freeze_count() == frozen
         assert kept.me is kept
     finally:
         gc.unfreeze()  # the rest of the suite runs with an ordinary collector
