@@ -14,6 +14,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from headwater.bench import server_proc
+
 #: Parts of the tree, by a marker of their command line (first match wins).
 PARTS = (
     ("broker", "kafka.Kafka"),
@@ -37,18 +39,17 @@ def snapshot(root: int | None = None) -> dict[int, tuple[str, float]]:
     proc = Path("/proc")
     if not proc.is_dir():
         return {}
-    tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = defaultdict(list)
     stats: dict[int, list[str]] = {}
     for d in proc.iterdir():
         if not d.name.isdigit():
             continue
         try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = server_proc.stat_fields(int(d.name))
         except OSError:  # exited meanwhile
             continue
         stats[int(d.name)] = fields
-        children[int(fields[1])].append(int(d.name))
+        children[int(fields[1])].append(int(d.name))  # [1]: the parent's pid
     tree, i = [root or os.getpid()], 0
     while i < len(tree):
         tree += children[tree[i]]
@@ -59,9 +60,8 @@ def snapshot(root: int | None = None) -> dict[int, tuple[str, float]]:
             cmdline = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if pid in stats:  # utime + stime, fields 14 and 15 of stat (after the command name)
-            ticks = int(stats[pid][11]) + int(stats[pid][12])
-            out[pid] = (_part(cmdline), ticks / tick)
+        if pid in stats:
+            out[pid] = (_part(cmdline), server_proc.stat_cpu_seconds(stats[pid]))
     return out
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from headwater.bench import server_proc
 from headwater.bench.loadgen import percentile_ms
 from headwater.bench.report import machine
-from headwater.devstack import seeding
+from headwater.devstack import processes, seeding
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
@@ -62,7 +62,9 @@ def _tokens(gateways: int) -> str:
     )
 
 
-def _start_ingest(servers: str, port: int, prefix: str, tokens: Path) -> subprocess.Popen[bytes]:
+def _start_ingest(
+    servers: str, port: int, prefix: str, tokens: Path, log: Path
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": servers,
@@ -75,12 +77,10 @@ def _start_ingest(servers: str, port: int, prefix: str, tokens: Path) -> subproc
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     headwater = str(Path(sys.executable).parent / "headwater")
-    return subprocess.Popen(
-        [headwater, "ingest", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [headwater, "ingest", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def _write_commands(
@@ -230,8 +230,12 @@ def run(
         )
         tokens = workdir / "tokens.yaml"
         tokens.write_text(_tokens(gateways))
-        ingest = _start_ingest(servers, port, prefix, tokens)
+        ingest_log = workdir / "ingest.log"
+        ingest = _start_ingest(servers, port, prefix, tokens, ingest_log)
         try:
+            # Gateways started before the server listens fail their first calls and
+            # streams (connection refused), back off and log warnings no part of the figures.
+            asyncio.run(processes.wait_serving(f"127.0.0.1:{port}", ingest, 60, ingest_log))
             result.update(
                 asyncio.run(
                     _measure(kafka, prefix, f"127.0.0.1:{port}", workdir, ingest.pid, result)
@@ -260,9 +264,6 @@ async def _measure(
     stored: dict[str, float] = {}
     executed: dict[str, float] = {}
     stop = asyncio.Event()
-    # Gateways started before the server listens fail their first calls and streams
-    # (connection refused), back off and log warnings that are no part of the figures.
-    await _serving(target, ingest_pid)
     clients = asyncio.create_task(
         _gateways(target, opts["gateways"], workdir, stored, executed, stop)
     )
@@ -320,32 +321,6 @@ async def _measure(
         "loadavg_after": [round(x, 2) for x in load_during],
         "fresh_replica": await _catch_up_cost(kafka, prefix),
     }
-
-
-async def _serving(target: str, pid: int, within_s: float = 60.0) -> None:
-    """Wait until the ingest server at ``target`` accepts connections."""
-    import grpc
-
-    deadline = time.monotonic() + within_s
-    async with grpc.aio.insecure_channel(target) as channel:
-        while True:
-            try:
-                await asyncio.wait_for(channel.channel_ready(), 0.5)
-                return
-            except TimeoutError:
-                if not _alive(pid):
-                    raise RuntimeError("the ingest server exited before serving") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no ingest at {target} after {within_s}s") from None
-
-
-def _alive(pid: int) -> bool:
-    """True if the process runs (a zombie, exited and not waited for, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _created_ms(kafka: KafkaSettings, topic: str) -> dict[str, int]:

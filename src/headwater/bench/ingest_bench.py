@@ -265,10 +265,11 @@ class _Run:
             loadgen.failed_in,
         )
         capacity = cal.messages / cal.seconds
-        capacity_cpu_share = (server_proc.cpu_seconds(self.pid) - cpu_before) / cal.seconds
+        capacity_cpu_s = server_proc.cpu_seconds(self.pid) - cpu_before
+        capacity_cpu_share = capacity_cpu_s / cal.seconds
         # The server's CPU per answered call at capacity: with the CPU per refusal from
         # the windows, it says what shedding costs against serving on this machine.
-        cpu_per_call_ms = (server_proc.cpu_seconds(self.pid) - cpu_before) / (cal.messages / n)
+        cpu_per_call_ms = capacity_cpu_s / (cal.messages / n)
         windows = []
         for factor in OVERLOAD_FACTORS:
             windows.append(

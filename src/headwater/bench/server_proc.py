@@ -61,9 +61,17 @@ def status_mb(pid: int, name: str) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) a process has used so far, in seconds."""
+    return stat_cpu_seconds(stat_fields(pid))
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: [0] is field 3 (state)."""
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 of stat(5); [0] here is field 3 (the state).
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def stat_cpu_seconds(fields: list[str]) -> float:
+    """CPU seconds of ``stat_fields``: utime and stime, fields 14 and 15 of stat(5)."""
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
