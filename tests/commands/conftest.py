@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -96,6 +97,12 @@ async def start_command_ingest(command_topics, tokens_file):
 
     async def start(ingest=None, **overrides):
         """``ingest``: IngestSettings fields to change; the rest: CommandSettings'."""
+        if not started:
+            # The reports topic is shared by every test (it is an endpoint's, unprefixed):
+            # this test's relay starts after the reports of the tests before it.
+            await asyncio.to_thread(
+                _start_group_at_end, command_topics.kafka, COMMAND_REPORTS_TOPIC, group
+            )
         settings = IngestSettings(
             listen_address="127.0.0.1:0",
             tokens_file=str(tokens_file),
@@ -123,3 +130,29 @@ async def start_command_ingest(command_topics, tokens_file):
     yield start
     for server in started:
         await server.stop(grace_s=0.5)
+
+
+def _start_group_at_end(kafka: KafkaSettings, topic: str, group: str) -> None:
+    """Commit ``group``'s offsets at the end of every partition of ``topic``."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(kafka.consumer_config("test", group))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = [
+            TopicPartition(
+                topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            )
+            for p in partitions
+        ]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                consumer.commit(offsets=ends, asynchronous=False)
+                return
+            except KafkaException:  # a fresh broker's group coordinator is still loading
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()

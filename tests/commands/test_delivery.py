@@ -382,3 +382,29 @@ async def test_relay_commits_acked_batches_only_and_in_order(kafka_bootstrap, to
     await asyncio.sleep(0.5)
     assert await asyncio.to_thread(committed_once, lambda now: now is not None) == [9, 3]
     await asyncio.to_thread(consumer.close)
+
+
+async def test_the_feed_reads_the_commands_written_so_far_when_asked(command_topics):
+    # What the relay relies on before dropping a report as unknown: once
+    # read_commands_to_end returns True, every command written before the call is in the
+    # book (without it the book lags behind the broker by a poll or more).
+    from headwater.ingest.commands.book import CommandBook
+    from headwater.ingest.commands.feed import CommandFeed
+
+    book = CommandBook()
+    feed = CommandFeed(command_topics.kafka, book, command_topics.commands, command_topics.status)
+    task = asyncio.create_task(feed.run())
+    try:
+        await asyncio.wait_for(feed.caught_up.wait(), 30)
+        for round_ in range(3):
+            sent = [
+                await asyncio.to_thread(
+                    send, command_topics, device=f"acme-00{i}", command_id=f"c{round_}-{i}"
+                )
+                for i in range(1, 6)
+            ]
+            assert await feed.read_commands_to_end()
+            assert all(book.known((c.tenant, c.device_id, c.command_id)) for c in sent)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -84,6 +84,7 @@ def record(
     status: CommandStatus,
     device: str | None = None,
     content_type: str = COMMAND_STATUS_CONTENT_TYPE,
+    offset: int = 0,
 ):
     envelope = DeviceMessage(
         message_id="m",
@@ -92,51 +93,105 @@ def record(
         payload=status.SerializeToString(),
     )
     headers = [(rh.TENANT, b"acme"), (rh.GATEWAY_ID, b"gw-a")]
-    return SimpleNamespace(value=envelope.SerializeToString, headers=lambda: headers)
+    return SimpleNamespace(
+        value=envelope.SerializeToString,
+        headers=lambda: headers,
+        topic=lambda: "reports",
+        partition=lambda: 0,
+        offset=lambda: offset,
+    )
 
 
-def relay_with(book: CommandBook) -> tuple[StatusRelay, list[tuple[object, str]]]:
+class StandInFeed:
+    """The feed's side the relay uses; ``arrives`` are commands it 'reads' when asked."""
+
+    def __init__(self, book: CommandBook, arrives: list[Command]) -> None:
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
+        self._book = book
+        self._arrives = arrives
+        self.asked = 0
+
+    async def read_commands_to_end(self) -> bool:
+        self.asked += 1
+        for c in self._arrives:
+            self._book.add(c)
+        return True
+
+
+class StandInWriter:
+    def __init__(self) -> None:
+        self.written: list[CommandStatus] = []
+
+    async def send(self, topic, key, value, headers):
+        self.written.append(CommandStatus.FromString(value))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def relay_with(book: CommandBook, arrives: list[Command] | None = None):
     seen: list[tuple[object, str]] = []
+    feed = StandInFeed(book, arrives or [])
+    writer = StandInWriter()
     relay = StatusRelay(
-        None,
-        None,
+        None,  # type: ignore[arg-type]
+        writer,  # type: ignore[arg-type]
         book,
-        asyncio.Event(),
+        feed,  # type: ignore[arg-type]
         "reports",
         "status",
-        "g",  # type: ignore[arg-type]
+        "g",
         lambda status, reason: seen.append((status, reason)),
     )
-    return relay, seen
+    return relay, seen, feed, writer
 
 
-def test_relay_checks_every_report():
+def executed(command_id: str, **kw) -> CommandStatus:
+    return CommandStatus(
+        command_id=command_id, device_id="d1", state=S.COMMAND_STATE_EXECUTED, **kw
+    )
+
+
+async def test_relay_checks_every_report():
     book = CommandBook()
     book.add(command("c1"))
-    relay, seen = relay_with(book)
-    ok = CommandStatus(
-        command_id="c1", device_id="d1", state=S.COMMAND_STATE_EXECUTED, tenant="globex"
-    )
-    relayed = relay._check(record(ok))
-    assert relayed is not None and (relayed.tenant, relayed.gateway_id) == (
-        "acme",
-        "gw-a",
-    )  # from headers
+    relay, seen, feed, writer = relay_with(book)
     cases = {
-        "DEVICE_MISMATCH": record(ok, device="d2"),
-        "WRONG_CONTENT_TYPE": record(ok, content_type="application/json"),
+        "DEVICE_MISMATCH": record(executed("c1"), device="d2"),
+        "WRONG_CONTENT_TYPE": record(executed("c1"), content_type="application/json"),
         "STATE_NOT_REPORTABLE": record(
             CommandStatus(command_id="c1", device_id="d1", state=S.COMMAND_STATE_QUEUED)
         ),
-        "UNKNOWN_COMMAND": record(
-            CommandStatus(command_id="zz", device_id="d1", state=S.COMMAND_STATE_EXECUTED)
-        ),
+        "UNKNOWN_COMMAND": record(executed("zz")),
     }
-    for reason, msg in cases.items():
-        assert relay._check(msg) is None, reason
-    not_protobuf = SimpleNamespace(value=lambda: b"\xff\xff", headers=lambda: [])
-    assert relay._check(not_protobuf) is None
+    not_protobuf = SimpleNamespace(
+        value=lambda: b"\xff\xff",
+        headers=lambda: [],
+        topic=lambda: "reports",
+        partition=lambda: 0,
+        offset=lambda: 9,
+    )
+    batch = [record(executed("c1", tenant="globex")), *cases.values(), not_protobuf]
+    acked, offsets = await relay._relay(batch)
+    await acked
+    assert [(w.command_id, w.tenant, w.gateway_id) for w in writer.written] == [
+        ("c1", "acme", "gw-a")  # tenant and gateway from the headers, not the payload
+    ]
     assert [r for _, r in seen] == ["", *cases, "NOT_A_COMMAND_STATUS"]
+    assert offsets == {("reports", 0): 10}  # the dropped ones are consumed too
+    assert feed.asked == 1  # one wait for the feed per batch, not per unknown report
+
+
+async def test_a_report_that_overtakes_its_command_waits_for_the_book():
+    # Replica A delivered c1 and its gateway's report reached replica B's relay before
+    # B's feed had read c1: the relay asks the feed for the commands written so far.
+    book = CommandBook()
+    relay, seen, feed, writer = relay_with(book, arrives=[command("c1")])
+    acked, _ = await relay._relay([record(executed("c1"))])
+    await acked
+    assert feed.asked == 1 and seen[0][1] == "" and len(writer.written) == 1
+    assert relay._book.known(("acme", "d1", "c1"))
 
 
 def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):

@@ -4,6 +4,8 @@ Partitions are assigned, never a group joined: every replica reads everything (t
 how a replica learns the commands of whichever gateway connects to it). The book is
 "caught up" once the end offsets seen at start are reached; delivery waits for that, so
 a restarted replica does not resend commands whose DELIVERED it has not read yet.
+Afterwards the relay can ask for the commands written so far (``read_commands_to_end``):
+a gateway's report can reach this replica before the command it reports on does.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ class CommandFeed:
         self._on_command = on_command or (lambda _command, _new: None)
         #: Set once the ends seen at start are read.
         self.caught_up = asyncio.Event()
+        self._consumer: Any = None
+        #: Next offset to read, per commands partition.
+        self._next: dict[int, int] = {}
+        #: Set (and replaced) after every poll, so waiters look at ``_next`` again.
+        self._progress = asyncio.Event()
 
     async def run(self) -> None:
         """Read until cancelled; retry while the topics do not exist."""
@@ -57,20 +64,60 @@ class CommandFeed:
         )
         try:
             ends = await self._assign(consumer)
+            self._consumer = consumer
             if not ends:
                 self.caught_up.set()
             while True:
                 batch = await asyncio.to_thread(_poll, consumer)
                 for msg in batch:
                     self._take(msg)
+                    if msg.topic() == self._commands_topic:
+                        self._next[msg.partition()] = msg.offset() + 1
                     end = ends.get((msg.topic(), msg.partition()))
                     if end is not None and msg.offset() + 1 >= end:
                         del ends[(msg.topic(), msg.partition())]
                         if not ends:
                             self.caught_up.set()
                             log.info("command book caught up", extra={"waiting": self._book.size})
+                self._progress.set()
+                self._progress = asyncio.Event()
         finally:
+            self._consumer = None
             await close_soon(consumer)
+
+    async def read_commands_to_end(self, within_s: float = 10.0) -> bool:
+        """Wait until every command written before this call is in the book.
+
+        False if that takes longer than ``within_s`` (the topics are not readable, or the
+        feed is far behind). The end offsets are asked of the broker now, not cached.
+        """
+        from confluent_kafka import TopicPartition
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        try:
+            await asyncio.wait_for(self.caught_up.wait(), within_s)
+        except TimeoutError:
+            return False
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        partitions = list(self._next)
+        ends = {}
+        for partition in partitions:
+            tp = TopicPartition(self._commands_topic, partition)
+            _, ends[partition] = await asyncio.to_thread(
+                consumer.get_watermark_offsets, tp, within_s, False
+            )
+        while any(self._next.get(p, 0) < end for p, end in ends.items()):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._progress.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
 
     async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
         """Assign every partition of both topics from the start; return the non-empty ends.
@@ -91,6 +138,8 @@ class CommandFeed:
                         tp = TopicPartition(topic, partition)
                         low, high = await asyncio.to_thread(consumer.get_watermark_offsets, tp, 10)
                         assignment.append(TopicPartition(topic, partition, low))
+                        if topic == self._commands_topic:
+                            self._next[partition] = low
                         if high > low:
                             ends[(topic, partition)] = high
                     consumer.assign(assignment)

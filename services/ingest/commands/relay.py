@@ -11,6 +11,10 @@ Checked: the payload is a CommandStatus; its device is the message's device (ing
 already refused a message for a device not bound to the gateway); the tenant and gateway
 are taken from the record headers ingest wrote, never from the payload; the command is
 one the book knows. Anything else is dropped with a warning and counted.
+
+A report can reach this replica's relay before its command reaches this replica's book
+(another replica delivered it; the feed here is a moment behind): before a report is
+dropped as unknown, the relay waits for the book to read the commands written so far.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandState, Command
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 
 from .book import CommandBook
-from .feed import CLIENT_ROLE, _poll, close_soon
+from .feed import CLIENT_ROLE, CommandFeed, _poll, close_soon
 
 log = logging.getLogger(__name__)
 #: Batches written and not yet acked, at most; then the relay waits for the oldest.
 _MAX_PENDING_BATCHES = 16
+_UNKNOWN = "UNKNOWN_COMMAND"
 #: States a gateway may report; QUEUED is the sender's to write.
 _GATEWAY_STATES = frozenset(
     {
@@ -58,7 +63,7 @@ class StatusRelay:
         kafka: KafkaSettings,
         writer: RecordWriter,
         book: CommandBook,
-        caught_up: asyncio.Event,
+        feed: CommandFeed,
         reports_topic: str,
         status_topic: str,
         group: str,
@@ -67,7 +72,7 @@ class StatusRelay:
         self._kafka = kafka
         self._writer = writer
         self._book = book
-        self._caught_up = caught_up
+        self._feed = feed
         self._reports_topic = reports_topic
         self._status_topic = status_topic
         self._group = group
@@ -95,7 +100,7 @@ class StatusRelay:
         try:
             # Reports are checked against the book; before it is caught up, a report for
             # a command it has not read yet would look unknown.
-            await self._caught_up.wait()
+            await self._feed.caught_up.wait()
             while True:
                 batch = await asyncio.to_thread(_poll, consumer)
                 if batch:
@@ -114,20 +119,32 @@ class StatusRelay:
         self, batch: list[Any]
     ) -> tuple[asyncio.Future[Any], dict[tuple[str, int], int]]:
         """Write the checked statuses of ``batch``; return (all acked, offsets to commit)."""
+        checked = [self._check(msg) for msg in batch]
+        if any(reason == _UNKNOWN for _, reason in checked):
+            # Once for the batch: reports of commands written after this call cannot exist.
+            await self._feed.read_commands_to_end()
+            checked = [
+                self._check(msg) if reason == _UNKNOWN else (status, reason)
+                for msg, (status, reason) in zip(batch, checked, strict=True)
+            ]
         futures = []
         offsets: dict[tuple[str, int], int] = {}
-        for msg in batch:
+        for msg, (status, reason) in zip(batch, checked, strict=True):
             offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
-            status = self._check(msg)
-            if status is not None:
-                futures.append(
-                    await self._writer.send(
-                        self._status_topic,
-                        model.command_key(status),
-                        status.SerializeToString(),
-                        [],
-                    )
+            if reason:
+                self._drop(status, reason)
+                continue
+            assert status is not None
+            self._book.apply(status)
+            self._on_relayed(status, "")
+            futures.append(
+                await self._writer.send(
+                    self._status_topic,
+                    model.command_key(status),
+                    status.SerializeToString(),
+                    [],
                 )
+            )
         return asyncio.gather(*futures), offsets
 
     @staticmethod
@@ -154,29 +171,27 @@ class StatusRelay:
                 asynchronous=True,
             )
 
-    def _check(self, msg: Any) -> CommandStatus | None:
+    def _check(self, msg: Any) -> tuple[CommandStatus | None, str]:
+        """(the status to write, "") or (what could be read of it, why it is dropped)."""
         headers = {k: v for k, v in (msg.headers() or []) if v is not None}
         try:
             envelope = DeviceMessage.FromString(msg.value() or b"")
             status = CommandStatus.FromString(envelope.payload)
         except DecodeError:
-            return self._drop(None, "NOT_A_COMMAND_STATUS")
+            return None, "NOT_A_COMMAND_STATUS"
         if envelope.content_type != COMMAND_STATUS_CONTENT_TYPE:
-            return self._drop(status, "WRONG_CONTENT_TYPE")
+            return status, "WRONG_CONTENT_TYPE"
         if status.device_id != envelope.device_id:
-            return self._drop(status, "DEVICE_MISMATCH")
+            return status, "DEVICE_MISMATCH"
         if status.state not in _GATEWAY_STATES:
-            return self._drop(status, "STATE_NOT_REPORTABLE")
+            return status, "STATE_NOT_REPORTABLE"
         status.tenant = headers.get(rh.TENANT, b"").decode()
         status.gateway_id = headers.get(rh.GATEWAY_ID, b"").decode()
-        key = (status.tenant, status.device_id, status.command_id)
-        if not self._book.known(key):
-            return self._drop(status, "UNKNOWN_COMMAND")
-        self._book.apply(status)
-        self._on_relayed(status, "")
-        return status
+        if not self._book.known((status.tenant, status.device_id, status.command_id)):
+            return status, _UNKNOWN
+        return status, ""
 
-    def _drop(self, status: CommandStatus | None, reason: str) -> CommandStatus | None:
+    def _drop(self, status: CommandStatus | None, reason: str) -> None:
         log.warning(
             "dropping a command report",
             extra={
@@ -186,4 +201,3 @@ class StatusRelay:
             },
         )
         self._on_relayed(None, reason)
-        return None

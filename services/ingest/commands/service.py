@@ -124,7 +124,7 @@ class CommandService:
             kafka,
             writer,
             self.book,
-            self.feed.caught_up,
+            self.feed,
             COMMAND_REPORTS_TOPIC,
             self._status_topic,
             settings.relay_group,
