@@ -14,7 +14,7 @@ import statistics
 import time
 
 from headwater.devstack import vendors
-from headwater.enricher.normalize import normalize_message
+from headwater.enricher.executor.normalize import normalize_message
 
 
 def payloads(n: int) -> list[tuple[str, bytes]]:

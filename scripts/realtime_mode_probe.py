@@ -14,8 +14,8 @@ import tempfile
 import time
 
 from headwater.devstack.broker import EmbeddedBroker
-from headwater.enricher import job
-from headwater.enricher.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver import job
+from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec

@@ -1,6 +1,18 @@
 """The enricher: a Spark Structured Streaming job from ingest topics to enriched events.
 
-Entry points: ``headwater enricher run`` (:mod:`headwater.enricher.cli`), the job
-(:mod:`headwater.enricher.job`) and its settings (:mod:`headwater.enricher.settings`).
-Nothing is imported here so that ``headwater --help`` does not load Spark.
+Laid out by where the code runs:
+
+- :mod:`headwater.enricher.driver`: the Spark driver's side: the command line
+  (``headwater enricher run``, :mod:`~headwater.enricher.driver.cli`), the job
+  (:mod:`~headwater.enricher.driver.job`), its settings, the py4j call of the JVM state
+  operator (``jvm/enricher-state``), the Kafka sink, the listeners (metrics, progress offsets).
+- :mod:`headwater.enricher.executor`: the Python that Spark's Python workers run over Arrow
+  batches: decode, normalize (vendor ``formats``, units, the per-message budget).
+- :mod:`headwater.enricher.python_operator`: the per-device keyed state in Python
+  (``HEADWATER_ENRICHER_STATE_OPERATOR=python``), kept selectable for the difference test
+  and the benchmarks until it is removed.
+- :mod:`headwater.enricher.bench`: the enricher's own benchmarks (dev tooling).
+
+``headwater.enricher.formats`` and ``headwater.enricher.normalize`` stay importable for
+normalizer plugins. Nothing is imported here so that ``headwater --help`` does not load Spark.
 """

@@ -22,8 +22,8 @@ from importlib import metadata
 COMMAND_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("headwater.devstack.cli", "dev", ("devstack",)),
     ("headwater.ingest.cli", "ingest", ("ingest",)),
-    ("headwater.enricher.cli", "enricher", ("enricher",)),
-    ("headwater.enricher.normalize_cli", "enricher", ("normalize",)),
+    ("headwater.enricher.driver.cli", "enricher", ("enricher",)),
+    ("headwater.enricher.driver.normalize_cli", "enricher", ("normalize",)),
     ("headwater.ops.topics", "ops", ("topics",)),
     ("headwater.ops.cli", "ops", ("dlq", "offsets", "lag", "status")),
     ("headwater.master.cli", "ops", ("master",)),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from headwater.cli import main
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver.settings import EnricherSettings
 from headwater.ingest.auth import hash_token, parse_tokens
 from headwater.ingest.settings import IngestSettings
 from headwater.runtime.startup import settings_variables

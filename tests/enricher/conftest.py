@@ -23,7 +23,7 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from headwater.enricher.job import connector_jars, register_sources
+    from headwater.enricher.driver.job import connector_jars, register_sources
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -49,7 +49,7 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
 @pytest.fixture
 def running(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Start queries with ``running(settings)``; all are stopped at the end of the test."""
-    from headwater.enricher import job
+    from headwater.enricher.driver import job
 
     queries = []
 

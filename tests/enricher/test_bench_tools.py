@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from headwater.enricher import bench_python
-from headwater.enricher.bench_floor import FloorProcessor
-from headwater.enricher.schema import OUTPUT, field_names
+from headwater.enricher.bench import python_operator as bench_python
+from headwater.enricher.bench.floor import FloorProcessor
+from headwater.enricher.executor.schema import OUTPUT, field_names
 
 
 class _Value:
@@ -88,7 +88,7 @@ def test_bench_python_normalize_reports_the_step_and_its_budget() -> None:
 
 
 def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> None:
-    from headwater.enricher.bench import check_targets
+    from headwater.enricher.bench.query import check_targets
 
     def result(query: str, devices: int, rate: int, p50: int, p99: int) -> dict[str, Any]:
         return {
@@ -122,8 +122,8 @@ def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> N
 @pytest.mark.parametrize("floor", ["jvm_floor_stream", "stateless_floor_stream"])
 def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, floor: str) -> None:
     """Each floor runs on real local Spark (its Python part on workers, without a session)."""
-    from headwater.enricher import bench_floor
-    from headwater.enricher.settings import EnricherSettings, EnricherTopics
+    from headwater.enricher.bench import floor as bench_floor
+    from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
     from tests.enricher.corpus import RAW, corpus
 
     topics = EnricherTopics.with_prefix("f.")
@@ -139,7 +139,7 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, fl
 
 @pytest.mark.spark
 def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
-    from headwater.enricher import bench_hop
+    from headwater.enricher.bench import hop as bench_hop
 
     assert bench_hop.main(["--messages", "50", "--batch", "20"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -149,12 +149,12 @@ def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
 
 
 def test_cpu_per_message_counts_this_process_and_its_children() -> None:
-    """bench_cpu reads the tree's CPU time by part: a busy child shows up, and per message."""
+    """bench.cpu reads the tree's CPU time by part: a busy child shows up, and per message."""
     import subprocess
     import sys
     import time
 
-    from headwater.enricher import bench_cpu
+    from headwater.enricher.bench import cpu as bench_cpu
 
     before = bench_cpu.snapshot()
     assert before, "no /proc: this suite runs on Linux"
@@ -183,7 +183,7 @@ def test_cpu_per_message_counts_this_process_and_its_children() -> None:
 
 def test_cpu_parts_are_named_by_command_line() -> None:
     """The broker, Spark's Python workers and the Spark JVM are told apart by command line."""
-    from headwater.enricher.bench_cpu import _part
+    from headwater.enricher.bench.cpu import _part
 
     assert _part("/usr/bin/java -Xmx1g kafka.Kafka /tmp/server.properties") == "broker"
     assert _part("/venv/bin/python -m pyspark.daemon pyspark.worker") == "python_workers"

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher import media_type, units
-from headwater.enricher.normalize import normalize_message
+from headwater.enricher.executor import media_type, units
+from headwater.enricher.executor.normalize import normalize_message
 from tests.support.kafkatools import GLOBEX
 
 INITECH = "text/vnd.initech.telemetry.v1+csv"
@@ -96,7 +96,7 @@ def test_any_spelling_converts_or_is_a_unit_error(unit: str) -> None:
 
 
 def test_engunit_of_sparkplug_takes_the_same_unit_path() -> None:
-    from headwater.enricher import births
+    from headwater.enricher.python_operator import births
 
     out = normalize_message(
         "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DBIRTH", _spb("m**9**9**9")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from headwater.enricher import budget as budgets
-from headwater.enricher.formats import registry
-from headwater.enricher.normalize import normalize_batch, normalize_message
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.executor import budget as budgets
+from headwater.enricher.executor.formats import registry
+from headwater.enricher.executor.normalize import normalize_batch, normalize_message
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 from headwater.runtime.env import SettingError
 from tests.support.kafkatools import GLOBEX

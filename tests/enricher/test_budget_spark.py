@@ -20,7 +20,7 @@ def _probe(batches: Iterator[Any]) -> Iterator[Any]:
 
     import pyarrow as pa
 
-    from headwater.enricher import budget
+    from headwater.enricher.executor import budget
 
     def spin() -> None:
         while True:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from headwater.enricher.cli import register, settings_from_args
-from headwater.enricher.errors import StartingOffsetsRequiredError
-from headwater.enricher.settings import EnricherSettings, parse_duration
+from headwater.enricher.driver.cli import register, settings_from_args
+from headwater.enricher.driver.errors import StartingOffsetsRequiredError
+from headwater.enricher.driver.settings import EnricherSettings, parse_duration
 from headwater.runtime.env import SettingError
 
 
@@ -94,7 +94,7 @@ def test_flags_override_env() -> None:
 
 def test_register_does_not_import_pyspark() -> None:
     code = (
-        "import argparse, sys; from headwater.enricher.cli import register; "
+        "import argparse, sys; from headwater.enricher.driver.cli import register; "
         "p = argparse.ArgumentParser(); register(p.add_subparsers()); "
         "assert 'pyspark' not in sys.modules, 'pyspark imported at registration'"
     )
@@ -120,7 +120,7 @@ def test_run_help_lists_the_options() -> None:
 
 @pytest.mark.spark
 def test_no_checkpoint_and_no_starting_offsets_is_refused(spark, tmp_path) -> None:
-    from headwater.enricher.job import read_ingest
+    from headwater.enricher.driver.job import read_ingest
 
     s = EnricherSettings(checkpoint_location=str(tmp_path / "none"))
     with pytest.raises(StartingOffsetsRequiredError, match="HEADWATER_ENRICHER_STARTING_OFFSETS"):
@@ -129,7 +129,7 @@ def test_no_checkpoint_and_no_starting_offsets_is_refused(spark, tmp_path) -> No
 
 @pytest.mark.spark
 def test_the_raw_stream_has_the_kafka_source_columns(spark, tmp_path) -> None:
-    from headwater.enricher.job import read_ingest
+    from headwater.enricher.driver.job import read_ingest
 
     s = EnricherSettings(checkpoint_location=str(tmp_path / "cp"), starting_offsets="earliest")
     raw = read_ingest(spark, s)

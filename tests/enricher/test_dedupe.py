@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwater.enricher.dedupe import HOUR_MS, Dedup, hour_of, state_bytes_per_device
+from headwater.enricher.python_operator.dedupe import (
+    HOUR_MS,
+    Dedup,
+    hour_of,
+    state_bytes_per_device,
+)
 
 DAY_MS = 24 * HOUR_MS
 WINDOW_MS, HORIZON_MS = HOUR_MS, 7 * DAY_MS + HOUR_MS

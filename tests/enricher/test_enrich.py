@@ -9,11 +9,11 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyspark.testing import assertDataFrameEqual
 
-from headwater.enricher.decode import key_columns
-from headwater.enricher.enrich import EVENT_ID_NAMESPACE, build_events, event_id
-from headwater.enricher.settings import EnricherTopics
-from headwater.enricher.state import Policy, process_devices
-from headwater.enricher.timestamps import ms_of, set_ms
+from headwater.enricher.driver.settings import EnricherTopics
+from headwater.enricher.executor.decode import key_columns
+from headwater.enricher.executor.timestamps import ms_of, set_ms
+from headwater.enricher.python_operator.enrich import EVENT_ID_NAMESPACE, build_events, event_id
+from headwater.enricher.python_operator.state import Policy, process_devices
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from tests.support.kafkatools import ACME, ALARM, Msg, acme, envelope, ingest_headers

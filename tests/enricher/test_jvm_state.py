@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from headwater.enricher import jvm_state
-from headwater.enricher.decode import key_columns
-from headwater.enricher.errors import STATE_REFUSALS, explain_failure
-from headwater.enricher.settings import EnricherTopics
-from headwater.enricher.state import Policy, process_devices
+from headwater.enricher.driver import jvm_state
+from headwater.enricher.driver.errors import STATE_REFUSALS, explain_failure
+from headwater.enricher.driver.settings import EnricherTopics
+from headwater.enricher.executor.decode import key_columns
+from headwater.enricher.python_operator.state import Policy, process_devices
 from headwater.proto.events.v1 import (
     completion_pb2,
     dead_letter_pb2,

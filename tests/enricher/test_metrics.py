@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from headwater.enricher.metrics import EnricherListener, lag_by_topic, percentile
+from headwater.enricher.driver.metrics import EnricherListener, lag_by_topic, percentile
 
 
 def test_lag_by_topic() -> None:

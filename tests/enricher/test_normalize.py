@@ -7,9 +7,9 @@ import json
 import pytest
 
 from headwater import record_headers as rh
-from headwater.enricher.decode import decode_record, decode_row, key_columns
-from headwater.enricher.normalize import REGISTRY, normalize_message
-from headwater.enricher.schema import KEYED, field_names
+from headwater.enricher.executor.decode import decode_record, decode_row, key_columns
+from headwater.enricher.executor.normalize import REGISTRY, normalize_message
+from headwater.enricher.executor.schema import KEYED, field_names
 from headwater.topics import split_scoped_key
 from tests.support.kafkatools import (
     ACME,
@@ -172,7 +172,7 @@ def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
 
     from headwater.devstack import vendors
     from headwater.devstack.fleet import build_fleet
-    from headwater.enricher.births import Definitions, apply_to_row
+    from headwater.enricher.python_operator.births import Definitions, apply_to_row
 
     fleet = build_fleet(2, 5, random.Random(1))
     spoken = {d.content_type for gw in fleet for d in gw.devices}

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.births import Definitions, apply_to_row
-from headwater.enricher.formats import REGISTRY, NormalizeError
-from headwater.enricher.normalize import normalize_message
+from headwater.enricher.executor.formats import REGISTRY, NormalizeError
+from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.python_operator.births import Definitions, apply_to_row
 from tests.support.strategies import payloads
 
 FORMATS = sorted(REGISTRY)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.enricher.formats import registry
-from headwater.enricher.normalize import normalize_message
+from headwater.enricher.executor.formats import registry
+from headwater.enricher.executor.normalize import normalize_message
 
 PLUGIN = """
 from headwater.enricher.formats import Normalized, load_json, measure
@@ -92,3 +92,15 @@ def test_the_cli_loads_the_entry_point_in_a_fresh_process(installed: Path, tmp_p
     event = json.loads(done.stdout)["events"][0]
     assert event["measurements"] == [{"name": "power", "value": 2000.0, "unit": "watt"}]
     assert event["source_format"] == "example.meter.v1+json"
+
+
+def test_the_documented_plugin_import_paths_are_the_executor_modules() -> None:
+    """docs/enricher.md's imports for plugins still work, with the very same objects."""
+    from headwater.enricher import formats, normalize
+    from headwater.enricher.executor import formats as executor_formats
+    from headwater.enricher.executor import normalize as executor_normalize
+
+    assert formats.NormalizeError is executor_formats.NormalizeError
+    assert formats.measure is executor_formats.measure
+    assert formats.REGISTRY is registry.REGISTRY
+    assert normalize.normalize_message is executor_normalize.normalize_message

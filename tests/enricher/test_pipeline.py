@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from headwater.enricher.enrich import event_id
+from headwater.enricher.python_operator.enrich import event_id
 from headwater.proto.events.v1 import (
     dead_letter_pb2,
     device_state_pb2,

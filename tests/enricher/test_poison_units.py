@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headwater import record_headers as rh
-from headwater.enricher import route
-from headwater.enricher.decode import decode_record, decode_row
-from headwater.enricher.enrich import build_events
-from headwater.enricher.normalize import normalize_message
-from headwater.enricher.settings import EnricherTopics
-from headwater.enricher.state import DeviceValue, _failure, _Snapshot
+from headwater.enricher.driver.settings import EnricherTopics
+from headwater.enricher.executor.decode import decode_record, decode_row
+from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.python_operator import route
+from headwater.enricher.python_operator.enrich import build_events
+from headwater.enricher.python_operator.state import DeviceValue, _failure, _Snapshot
 from headwater.ingest.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import dead_letter_pb2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from headwater.enricher import profile
+from headwater.enricher.python_operator import profile
 
 
 def test_task_lines_are_summed_per_batch(tmp_path: Path) -> None:

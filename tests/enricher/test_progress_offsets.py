@@ -22,8 +22,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
-from headwater.enricher.progress_offsets import ProgressOffsetsListener, end_offsets, from_settings
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver.progress_offsets import (
+    ProgressOffsetsListener,
+    end_offsets,
+    from_settings,
+)
+from headwater.enricher.driver.settings import EnricherSettings
 from headwater.ops.checkpoint import CheckpointError, read_checkpoint
 from headwater.ops.lag import group_lag
 from headwater.ops.offsets import admin_client

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from headwater import record_headers as rh
-from headwater.enricher.dedupe import dedup_key
-from headwater.enricher.route import redrive_history
+from headwater.enricher.python_operator.dedupe import dedup_key
+from headwater.enricher.python_operator.route import redrive_history
 
 
 def key(headers: list) -> str:

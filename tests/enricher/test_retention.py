@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from headwater.enricher.runner import run_enricher
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver.runner import run_enricher
+from headwater.enricher.driver.settings import EnricherSettings
 from headwater.kafka.settings import KafkaSettings
 from tests.support.kafkatools import (
     ACME,

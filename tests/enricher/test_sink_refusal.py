@@ -9,8 +9,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from headwater import record_headers as rh
-from headwater.enricher import route, unproducible
-from headwater.enricher.kafka_sink import KafkaStreamWriter
+from headwater.enricher.driver import unproducible
+from headwater.enricher.driver.kafka_sink import KafkaStreamWriter
+from headwater.enricher.python_operator import route
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from tests.support.kafkatools import completions, make_topics, read_all
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.enricher import job
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver import job
+from headwater.enricher.driver.settings import EnricherSettings
 from headwater.kafka.settings import KafkaSettings
 from tests.support.kafkatools import (
     ACME,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from headwater.enricher.stderr_json import json_line
+from headwater.enricher.driver.stderr_json import json_line
 
 
 def test_log4j_lines_keep_their_level_and_logger() -> None:
@@ -15,7 +15,7 @@ def test_log4j_lines_keep_their_level_and_logger() -> None:
 
 
 def test_json_lines_pass_unchanged_and_other_text_is_wrapped() -> None:
-    ours = '{"level": "info", "logger": "headwater.enricher.runner", "message": "started"}'
+    ours = '{"level": "info", "logger": "headwater.enricher.driver.runner", "message": "started"}'
     assert json_line(ours + "\n") == ours
     entry = json.loads(json_line("\tat org.apache.spark.Foo.bar(Foo.scala:1)") or "")
     assert (entry["logger"], entry["message"]) == (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from headwater.enricher import worker_gc
+from headwater.enricher.executor import worker_gc
 
 
 class _Node:

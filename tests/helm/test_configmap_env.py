@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from headwater.enricher.settings import EnricherSettings
+from headwater.enricher.driver.settings import EnricherSettings
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.settings import KafkaSettings
 from headwater.runtime.env import recording

@@ -79,8 +79,8 @@ def test_redriven_letters_land_on_their_devices_partition(kafka_bootstrap: str) 
 
 
 def test_the_enricher_sink_takes_the_shared_partitioner() -> None:
-    from headwater.enricher.job import kafka_options
-    from headwater.enricher.settings import EnricherSettings
+    from headwater.enricher.driver.job import kafka_options
+    from headwater.enricher.driver.settings import EnricherSettings
 
     options = kafka_options(EnricherSettings(kafka=KafkaSettings()))
     assert PARTITIONER == "murmur2_random"  # the Java client's hash: the JVM's partitions

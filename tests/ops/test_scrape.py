@@ -15,7 +15,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
-from headwater.enricher.metrics import EnricherListener
+from headwater.enricher.driver.metrics import EnricherListener
 from headwater.ops import scrape
 from headwater.ops.lag import scrape_signals
 from headwater.ops.scrape import histogram_quantile

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from headwater.enricher.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.settings import KafkaSettings
 from tests.support.kafkatools import operator_under_test
 

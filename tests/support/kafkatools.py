@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.enricher.settings import EnricherTopics
+from headwater.enricher.driver.settings import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
@@ -39,7 +39,7 @@ def operator_under_test() -> str:
     ``HEADWATER_ENRICHER_STATE_OPERATOR=jvm pytest tests/enricher`` runs every guarantee test
     against the JVM operator; processes the tests start inherit the variable.
     """
-    from headwater.enricher.settings import EnricherSettings
+    from headwater.enricher.driver.settings import EnricherSettings
 
     return os.environ.get("HEADWATER_ENRICHER_STATE_OPERATOR", EnricherSettings.state_operator)
 

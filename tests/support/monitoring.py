@@ -110,7 +110,7 @@ def scrape_of_the_services() -> str:
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from headwater.enricher.metrics import EnricherListener
+    from headwater.enricher.driver.metrics import EnricherListener
     from headwater.ingest.metrics import IngestMetrics
 
     registry = CollectorRegistry()

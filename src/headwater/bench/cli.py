@@ -268,7 +268,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _enricher(args: argparse.Namespace) -> int:
-    from headwater.enricher.bench import main
+    from headwater.enricher.bench.query import main
 
     return main(list(args.forwarded))
 

@@ -7,8 +7,9 @@ import java.util.HexFormat;
 import java.util.UUID;
 
 /**
- * Event ids: UUIDv5 of a fixed namespace and a JSON name, exactly as services/enricher/enrich.py
- * {@code event_id} computes them, so events keep their ids whichever operator built them.
+ * Event ids: UUIDv5 of a fixed namespace and a JSON name, exactly as
+ * services/enricher/python_operator/enrich.py {@code event_id} computes them, so events keep their
+ * ids whichever operator built them.
  */
 public final class EventIds {
   /** enrich.EVENT_ID_NAMESPACE. */

@@ -5,7 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import org.junit.jupiter.api.Test;
 
 class EventIdsTest {
-  // Expected values from services/enricher/enrich.py event_id (Python), pinned here.
+  // Expected values from services/enricher/python_operator/enrich.py event_id (Python), pinned
+  // here.
   @Test
   void matchesPythonForAsciiIds() {
     assertEquals(Expected.ASCII, EventIds.of("acme", "dev-1", "m-1", 0));

@@ -1,0 +1,144 @@
+"""The keyed-state floor: the enricher's query shape with none of its work, for the benchmark.
+
+Same source, same JVM key columns, one ``transformWithState`` with one value read and one
+written per key and batch (the enricher's composite value costs the same calls), one
+completion-shaped record per ingest record through the same sink. What it costs per batch
+is what PySpark's keyed state and the sink cost on this machine before any decoding,
+dedup, enrichment or routing of ours: a target below it cannot be met by changing our
+per-message code, only by the design or the machine.
+
+Keyed by (tenant, device) as the enricher is, or with ``buckets`` > 0 by a hash bucket of
+devices (the value then counts each device of the bucket): what fewer keys per batch, and
+so fewer round trips between the Python worker and the JVM, would save.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.executor.decode import key_columns
+from headwater.enricher.executor.schema import OUTPUT
+
+
+class FloorProcessor(StatefulProcessor):
+    """Counts each device's messages in the key's one value; one record per ingest record."""
+
+    def __init__(self, completions_topic: str, master_topic: str) -> None:
+        self.topic = completions_topic
+        self.master_topic = master_topic
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the one value of a key: message counts by device, as JSON."""
+        self.counts = handle.getValueState("counts", "counts string")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        """Emit each row's headers on the completions topic (the benchmark's watch reads them)."""
+        now = timerValues.getCurrentProcessingTimeInMs()
+        seen = self.counts.get()
+        counts: dict[str, int] = json.loads(seen[0]) if seen else {}
+        out = []
+        for row in rows:
+            # The last seven columns are schema.KEYED's (a bucket column may come first).
+            _tenant, device, topic, partition, offset, _value, headers = row[-7:]
+            if topic == self.master_topic:
+                continue  # the enricher completes ingest records only
+            counts[device] = counts.get(device, 0) + 1
+            out.append(
+                Row(
+                    topic=self.topic,
+                    key=device.encode(),
+                    value=b"",
+                    headers=headers,  # PySpark hands structs over as dicts, as OUTPUT takes them
+                    role="completion",
+                    label="FLOOR",
+                    ref=f"{topic}/{partition}/{offset}",
+                    event_id=None,
+                    received_ms=None,
+                    batch_ms=now,
+                )
+            )
+        self.counts.update((json.dumps(counts),))
+        return iter(out)
+
+
+def floor_stream(raw: DataFrame, settings: EnricherSettings, buckets: int = 0) -> DataFrame:
+    """Return the floor's output records (``schema.OUTPUT``) of raw Kafka rows.
+
+    Args:
+        raw: the Kafka source's rows.
+        settings: the enricher's settings (topics).
+        buckets: 0 to key by (tenant, device) like the enricher, else by this many buckets.
+    """
+    keyed = key_columns(raw, settings.topics.master)
+    keys = ["tenant", "device_key"]
+    if buckets:
+        bucket = F.pmod(F.hash("tenant", "device_key"), F.lit(buckets)).alias("bucket")
+        keyed, keys = keyed.select(bucket, "*"), ["bucket"]
+    return keyed.groupBy(*keys).transformWithState(
+        statefulProcessor=FloorProcessor(settings.topics.completions, settings.topics.master),
+        outputStructType=OUTPUT,
+        outputMode="Append",
+        timeMode="ProcessingTime",
+    )
+
+
+def jvm_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
+    """Return the JVM floor's records: the JVM keyed operator with no work, no Python hop."""
+    from headwater.enricher.driver import jvm_state
+
+    keyed = key_columns(raw, settings.topics.master)
+    return jvm_state.floor(keyed, settings.topics.completions, settings.topics.master)
+
+
+def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
+    import pyarrow as pa
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [
+                {
+                    "topic": completions,
+                    "key": r["device_key"].encode(),
+                    "value": b"",
+                    "headers": r["headers"],
+                    "role": "completion",
+                    "label": "FLOOR",
+                    "ref": f"{r['src_topic']}/{r['src_partition']}/{r['src_offset']}",
+                    "batch_ms": 0,
+                }
+                for r in batch.to_pylist()
+                if r["src_topic"] != master_topic
+            ]
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return run
+
+
+def _arrow_output() -> Any:
+    # On the driver: parsing DDL needs a session, which Python workers do not have.
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    output = StructType.fromDDL(OUTPUT)
+    assert isinstance(output, StructType)
+    return to_arrow_schema(output)
+
+
+def stateless_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
+    """Return the stateless floor's records: one Python ``mapInArrow`` hop and the sink."""
+    keyed = key_columns(raw, settings.topics.master)
+    run = _stateless(settings.topics.completions, settings.topics.master, _arrow_output())
+    return keyed.mapInArrow(run, OUTPUT)

@@ -1,0 +1,80 @@
+"""The Python hop before the JVM keyed state: decode and normalize whole Arrow batches.
+
+Stateless, in one ``mapInArrow``: raw keyed Kafka rows (``decode.key_columns``) in, the
+``HOP`` columns out (``DECODED_FIELDS`` + ``NORMALIZED_FIELDS`` + the source fields, errors as
+values) for ``jvm_state.apply``. Each message is decoded and normalized as the Python operator
+does it (``decode.decode_row``, which calls ``normalize.normalize_message``), so both operators
+see identical messages. The JVM has no unit library: for every unit a Sparkplug B message names
+(definitions and readings), the hop adds its conversion (``units``), which the JVM keeps with
+the device's definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from headwater.enricher.executor import units, worker_gc
+from headwater.enricher.executor.decode import decode_row
+from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS
+
+#: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
+UNITS = (
+    "units array<struct<spelling:string,canonical:string,scale:double,offset:double,error:string>>"
+)
+#: The columns the hop writes and the JVM operator reads (by name).
+HOP = f"{DECODED_FIELDS}, {NORMALIZED_FIELDS}, {SOURCE_FIELDS}, {UNITS}"
+_KEYED = ("tenant", "device_key", "src_topic", "src_partition", "src_offset", "value", "headers")
+
+
+def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the conversion of every unit the message's Sparkplug parts name."""
+    spellings = {d["unit"] for d in msg.get("definitions") or [] if d.get("unit")}
+    spellings |= {p["unit"] for p in msg.get("pending") or [] if p.get("unit")}
+    out = []
+    for spelling in sorted(spellings):
+        try:
+            c = units.conversion(spelling)
+        except Exception as exc:  # UnitError, or any failure of the units library: data
+            text = str(exc) or type(exc).__name__
+            out.append(
+                {"spelling": spelling, "canonical": "", "scale": 0.0, "offset": 0.0, "error": text}
+            )
+            continue
+        out.append(
+            {
+                "spelling": spelling,
+                "canonical": c.canonical,
+                "scale": c.scale,
+                "offset": c.offset,
+                "error": "",
+            }
+        )
+    return out
+
+
+def hop_row(row: dict[str, Any], master_topic: str) -> dict[str, Any]:
+    """Return one keyed row decoded and normalized (the ``HOP`` columns); never raises."""
+    msg = decode_row(tuple(row[k] for k in _KEYED), master_topic)
+    # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
+    # not shipping it halves what the shuffle to the keyed state carries.
+    msg["payload"] = None
+    if msg.get("definitions") or msg.get("pending"):
+        msg["units"] = conversions(msg)
+    return msg
+
+
+def decoder(
+    master_topic: str, schema: pa.Schema
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Return the ``mapInArrow`` function (picklable: it closes over strings and a schema)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [hop_row(r, master_topic) for r in batch.to_pylist()]
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        worker_gc.freeze_survivors()
+
+    return run

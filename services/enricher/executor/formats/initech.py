@@ -1,0 +1,53 @@
+"""Initech's CSV telemetry v1: one line of three numbers."""
+
+from __future__ import annotations
+
+import csv
+
+from headwater.enricher.executor.formats.base import (
+    Normalized,
+    NormalizeError,
+    decode_text,
+    measure,
+)
+from headwater.enricher.executor.formats.registry import register
+from headwater.enricher.executor.media_type import MediaType
+
+#: The columns in order: (measurement name, unit).
+_COLUMNS = (("temperature", "K"), ("humidity", "ratio"), ("voltage", "mV"))
+#: Longest line read: three numbers fit many times over; longer is not this format (and the
+#: csv module refuses cells over 128 Ki characters with its own error).
+MAX_LINE = 1024
+
+
+@register("text/vnd.initech.telemetry.v1+csv")
+def initech_telemetry(payload: bytes, media: MediaType) -> Normalized:
+    """Initech v1: ``temperature_k,humidity_ratio,voltage_mv`` (RFC 4180 line, CRLF or LF).
+
+    The ``charset`` parameter is honoured (default UTF-8, of which ASCII is a part); a
+    byte-order mark, a trailing line end and spaces around cells are tolerated.
+    """
+    text = decode_text(payload, media)
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise NormalizeError("PAYLOAD_INVALID", f"expected one CSV line, got {len(lines)}")
+    if len(lines[0]) > MAX_LINE:
+        raise NormalizeError(
+            "PAYLOAD_INVALID", f"a line of {len(lines[0])} characters; expected three numbers"
+        )
+    try:
+        cells = next(csv.reader(lines))
+    except csv.Error as exc:  # an unterminated quote, a NUL...
+        raise NormalizeError("PAYLOAD_INVALID", f"not a CSV line: {exc}") from None
+    if len(cells) != len(_COLUMNS):
+        raise NormalizeError("PAYLOAD_INVALID", f"expected 3 columns, got {len(cells)}")
+    values = []
+    for (name, unit), cell in zip(_COLUMNS, cells, strict=True):
+        try:
+            number = float(cell.strip())
+        except ValueError:
+            raise NormalizeError(
+                "PAYLOAD_UNDECODABLE", f"{name}: {cell.strip()!r} is not a number"
+            ) from None
+        values.append(measure(name, number, unit))
+    return Normalized("telemetry", "initech.telemetry.v1+csv", values)
