@@ -28,7 +28,7 @@ from tests.support.kafkatools import GLOBEX
 SPARKPLUG = "application/vnd.eclipse.sparkplug.b+protobuf"
 
 PLUGIN = """
-from headwater.enricher.formats import Measurement, Normalized
+from headwater.enricher.formats import Measurement, Normalized, batch_normalizer
 
 
 def spin(payload, media):
@@ -64,6 +64,29 @@ def many(payload, media):
 
 def long_name(payload, media):
     return Normalized("telemetry", "x", [Measurement("n" * int(payload), 1.0, "")])
+
+
+STARTS = []
+
+
+@batch_normalizer
+def batched(payloads, media):
+    # A batch form: b"spin" spins, b"bug" is a bug, the others measure their length.
+    STARTS.append(len(payloads))
+    for p in payloads:
+        if p == b"spin":
+            while True:
+                pass
+        if p == b"bug":
+            raise KeyError("a bug in the batch form")
+        yield Normalized("telemetry", "x", [Measurement("length", float(len(p)), "")])
+
+
+def listed(payload, media):
+    return Normalized("telemetry", "x", [])
+
+
+listed.batch = lambda payloads, media: [listed(p, media) for p in payloads]
 """
 ENTRY_POINTS = """[headwater.normalizers]
 application/vnd.test.spin = budget_plugin:spin
@@ -71,6 +94,8 @@ application/vnd.test.swallow = budget_plugin:swallow
 application/vnd.test.guarded = budget_plugin:guarded
 application/vnd.test.many = budget_plugin:many
 application/vnd.test.long = budget_plugin:long_name
+application/vnd.test.batched = budget_plugin:batched
+application/vnd.test.listed = budget_plugin:listed
 """
 
 
@@ -132,6 +157,51 @@ def test_a_batch_goes_on_after_a_message_over_budget(
     good = (GLOBEX, b'{"readings": [{"k": "t", "v": 1, "u": "degC"}]}')
     rows = normalize_batch([good, ("application/vnd.test.spin", b""), good])
     assert [r.get("error_reason") for r in rows] == [None, "NORMALIZE_BUDGET", None]
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_form_gets_a_budget_per_message_and_goes_on_after_a_failure(
+    plugins: None, small_budget: budgets.Budget
+) -> None:
+    import budget_plugin
+
+    ct = "application/vnd.test.batched"
+    payloads = [b"a", b"spin", b"bb", b"bug", b"ccc"]
+    rows = normalize_batch([(ct, p) for p in payloads])
+    assert [r.get("error_reason") for r in rows] == [
+        None,
+        "NORMALIZE_BUDGET",
+        None,
+        "NORMALIZER_FAILED",
+        None,
+    ]
+    assert [r["measurements"][0]["value"] for r in rows if not r.get("error_reason")] == [1, 2, 3]
+    # The batch form ran over the group, and again after each payload that failed.
+    assert budget_plugin.STARTS == [5, 3, 1]
+    assert _timer_is_off()
+
+
+def test_a_batch_form_that_is_not_a_generator_is_refused_at_load(plugins: None) -> None:
+    refused = {p.content_type: p.error for p in registry.loaded() if p.error}
+    assert "not a generator function" in refused["application/vnd.test.listed"]
+
+
+def test_the_cpu_interrupt_is_armed_once_per_media_type_in_a_batch(
+    small_budget: budgets.Budget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    real = budgets.signal.setitimer
+
+    def counted(*args: float) -> object:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(budgets.signal, "setitimer", counted)
+    good = (GLOBEX, b'{"readings": [{"k": "t", "v": 1, "u": "degC"}]}')
+    alarm = ("application/vnd.acme.alarm.v1+json", b'{"code": "E1"}')
+    rows = normalize_batch([good, alarm] * 100)
+    assert all(not r.get("error_reason") for r in rows)
+    assert len(calls) == 4  # armed and disarmed once for each of the two media types
 
 
 @pytest.mark.timeout(30)

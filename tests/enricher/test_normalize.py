@@ -8,7 +8,7 @@ import pytest
 
 from headwater import record_headers as rh
 from headwater.enricher.executor.decode import decode_record, decode_row, key_columns
-from headwater.enricher.executor.normalize import REGISTRY, normalize_message
+from headwater.enricher.executor.normalize import REGISTRY, normalize_batch, normalize_message
 from headwater.enricher.executor.schema import KEYED, field_names
 from headwater.topics import split_scoped_key
 from tests.support.kafkatools import (
@@ -194,3 +194,25 @@ def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
         r.humidity_pct,
         r.pressure_pa,
     ]
+
+
+def test_a_batch_normalizes_each_message_as_it_would_alone() -> None:
+    # Grouped by media type inside, in the batch's order outside: the corpus of the
+    # difference test, shuffled so that formats interleave, plus bad media types.
+    import random
+
+    from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
+    from tests.enricher.corpus import corpus
+
+    pairs: list[tuple[str | None, bytes | None]] = []
+    for _key, value, topic, *_ in corpus(("telemetry", "alarms"), "master"):
+        if topic != "master":
+            try:
+                m = DeviceMessage.FromString(value)
+            except Exception:
+                continue
+            pairs.append((m.content_type, m.payload))
+    pairs += [("not a media type", b"{}"), (None, None), ("text/x-unknown", b"?")]
+    random.Random(5).shuffle(pairs)
+    assert len({ct for ct, _ in pairs}) >= 8
+    assert normalize_batch(pairs) == [normalize_message(ct, p) for ct, p in pairs]

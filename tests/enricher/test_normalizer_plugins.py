@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +106,23 @@ def test_the_documented_plugin_import_paths_are_the_executor_modules() -> None:
     assert formats.measure is executor_formats.measure
     assert formats.REGISTRY is registry.REGISTRY
     assert normalize.normalize_message is executor_normalize.normalize_message
+    assert formats.batch_normalizer is executor_formats.batch_normalizer
+
+
+def test_the_documented_batch_form_runs_as_the_docs_say() -> None:
+    """The batch-form example of docs/enricher.md, run through normalize_batch's helpers."""
+
+    from headwater.enricher.executor import media_type
+    from headwater.enricher.formats import NormalizeError, batch_of
+
+    docs = (Path(__file__).parents[2] / "docs" / "enricher.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", docs, flags=re.S)
+    (example,) = [b for b in blocks if "@batch_normalizer" in b]
+    namespace: dict[str, object] = {}
+    exec(textwrap.dedent(example), namespace)
+    normalize = namespace["normalize"]
+    media = media_type.parse("application/vnd.example.meter.v1+json")
+    good, bad = batch_of(normalize)([b'{"kw": 1.5}', b"{}"], media)  # type: ignore[arg-type]
+    assert good.measurements[0][:3] == ("power", 1500.0, "watt")
+    assert isinstance(bad, NormalizeError) and bad.reason == "PAYLOAD_INVALID"
+    assert normalize(b'{"kw": 2}', media).measurements[0][1] == 2000.0  # type: ignore[operator]

@@ -2,11 +2,12 @@
 
 Stateless, in one ``mapInArrow``: raw keyed Kafka rows (``decode.key_columns``) in, the
 ``HOP`` columns out (``DECODED_FIELDS`` + ``NORMALIZED_FIELDS`` + the source fields, errors as
-values) for ``jvm_state.apply``. Each message is decoded and normalized as the Python operator
-does it (``decode.decode_row``, which calls ``normalize.normalize_message``), so both operators
-see identical messages. The JVM has no unit library: for every unit a Sparkplug B message names
-(definitions and readings), the hop adds its conversion (``units``), which the JVM keeps with
-the device's definitions.
+values) for ``jvm_state.apply``. Each message is decoded as the Python operator decodes it
+(``decode.decode_keyed``); the batch's messages are then normalized together, grouped by
+media type (``normalize.normalize_batch``), to the same columns ``decode.decode_row`` gives
+one message, so both operators see identical messages. The JVM has no unit library: for
+every unit a Sparkplug B message names (definitions and readings), the hop adds its
+conversion (``units``), which the JVM keeps with the device's definitions.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from headwater.enricher.executor import units, worker_gc
-from headwater.enricher.executor.decode import decode_row
+from headwater.enricher.executor.decode import decode_keyed, normalizable, with_normalized_columns
+from headwater.enricher.executor.normalize import normalize_batch
 from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS
 
 #: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
@@ -55,15 +57,21 @@ def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def hop_row(row: dict[str, Any], master_topic: str) -> dict[str, Any]:
-    """Return one keyed row decoded and normalized (the ``HOP`` columns); never raises."""
-    msg = decode_row(tuple(row[k] for k in _KEYED), master_topic)
-    # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
-    # not shipping it halves what the shuffle to the keyed state carries.
-    msg["payload"] = None
-    if msg.get("definitions") or msg.get("pending"):
-        msg["units"] = conversions(msg)
-    return msg
+def hop_rows(rows: list[dict[str, Any]], master_topic: str) -> list[dict[str, Any]]:
+    """Return keyed rows decoded and normalized (the ``HOP`` columns); never raises."""
+    msgs = [decode_keyed(tuple(row[k] for k in _KEYED), master_topic) for row in rows]
+    todo = [m for m in msgs if normalizable(m)]
+    normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
+    for msg, columns in zip(todo, normalized, strict=True):
+        msg |= columns
+    for msg in msgs:
+        with_normalized_columns(msg)
+        # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
+        # not shipping it halves what the shuffle to the keyed state carries.
+        msg["payload"] = None
+        if msg.get("definitions") or msg.get("pending"):
+            msg["units"] = conversions(msg)
+    return msgs
 
 
 def decoder(
@@ -73,7 +81,7 @@ def decoder(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = [hop_row(r, master_topic) for r in batch.to_pylist()]
+            rows = hop_rows(batch.to_pylist(), master_topic)
             yield pa.RecordBatch.from_pylist(rows, schema=schema)
         worker_gc.freeze_survivors()
 

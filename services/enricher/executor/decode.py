@@ -165,7 +165,15 @@ def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
 
 
 def decode_row(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
-    """Decode and normalize one keyed row (``key_columns``) into a message dict; never raises.
+    """Decode and normalize one keyed row (``key_columns``) into a message dict; never raises."""
+    msg = decode_keyed(row, master_topic)
+    if normalizable(msg):
+        msg |= normalize_message(msg["content_type"], msg["payload"])
+    return with_normalized_columns(msg)
+
+
+def decode_keyed(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
+    """Decode one keyed row (``key_columns``) into a message dict, not normalized yet.
 
     The key the row was grouped by wins over what the record says: an ingest envelope
     whose ``device_id`` is not its record key is refused (``ENVELOPE_INVALID``), because its
@@ -177,17 +185,24 @@ def decode_row(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
     msg["tenant"], msg["device_key"] = tenant, device_key
     msg |= {"src_topic": topic, "src_partition": partition, "src_offset": offset}
     msg |= {"value": value, "headers": headers}
-    if msg["kind"] == "ingest" and not msg["error_reason"]:
-        if msg["device_id"] != device_key:
-            _error(
-                msg,
-                "decode",
-                "ENVELOPE_INVALID",
-                f"record key {device_key!r} is not the envelope's device_id "
-                f"{msg['device_id']!r} (ingest topics are keyed by device id)",
-            )
-        else:
-            msg |= normalize_message(msg["content_type"], msg["payload"])
+    if normalizable(msg) and msg["device_id"] != device_key:
+        _error(
+            msg,
+            "decode",
+            "ENVELOPE_INVALID",
+            f"record key {device_key!r} is not the envelope's device_id "
+            f"{msg['device_id']!r} (ingest topics are keyed by device id)",
+        )
+    return msg
+
+
+def normalizable(msg: dict[str, Any]) -> bool:
+    """True for a decoded device message (not master data, not a decode error)."""
+    return msg["kind"] == "ingest" and not msg["error_reason"]
+
+
+def with_normalized_columns(msg: dict[str, Any]) -> dict[str, Any]:
+    """Return ``msg`` with every normalized column (None where normalize set none)."""
     for k in NORMALIZED_COLUMNS:
         msg.setdefault(k, None)
     return msg

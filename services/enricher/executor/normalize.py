@@ -19,7 +19,13 @@ from headwater.enricher.executor import media_type, units
 from headwater.enricher.executor.arrowsafe import REASON as ENCODE_REASON
 from headwater.enricher.executor.arrowsafe import STAGE as ENCODE_STAGE
 from headwater.enricher.executor.arrowsafe import encodable, sanitize
-from headwater.enricher.executor.formats import REGISTRY, Normalized, NormalizeError, register
+from headwater.enricher.executor.formats import (
+    REGISTRY,
+    Normalized,
+    NormalizeError,
+    batch_of,
+    register,
+)
 from headwater.enricher.executor.formats.base import check_time, check_value
 from headwater.enricher.executor.formats.registry import lookup
 
@@ -44,7 +50,7 @@ def normalize_message(content_type: str | None, payload: bytes | None) -> dict[s
     size, a call over its CPU time or a result over its sizes is a dead letter of reason
     ``NORMALIZE_TOO_LARGE`` or ``NORMALIZE_BUDGET``.
     """
-    return _normalize(content_type, payload, budgets.current())
+    return normalize_batch([(content_type, payload)])[0]
 
 
 def normalize_batch(
@@ -52,34 +58,62 @@ def normalize_batch(
 ) -> list[dict[str, Any]]:
     """Return :func:`normalize_message` of each ``(content_type, payload)``, in order.
 
-    Each message has its own budget: one over it is a dead letter, the others go on.
+    Grouped by content type: each group's media type is parsed and looked up once, and its
+    normalizer's batch form (``formats.batch_of``) runs over the group's payloads with the
+    CPU-time interrupt armed once. Each message still has its own budget: one over it is a
+    dead letter, the others go on.
     """
     b = budget or budgets.current()
-    return [_normalize(ct, p, b) for ct, p in rows]
+    out: list[dict[str, Any]] = [{}] * len(rows)
+    groups: dict[str | None, list[int]] = {}
+    for i, (content_type, _) in enumerate(rows):
+        groups.setdefault(content_type, []).append(i)
+    for content_type, indexes in groups.items():
+        try:
+            media = media_type.parse(content_type or "")
+        except media_type.MediaTypeError as exc:
+            bad = _err("CONTENT_TYPE_INVALID", type(exc).__name__, str(exc))
+            for i in indexes:
+                out[i] = dict(bad)
+            continue
+        fn = lookup(media.essence)
+        if fn is None:
+            for i in indexes:
+                out[i] = _err(
+                    "UNKNOWN_FORMAT", "UnknownFormatError", f"no normalizer for {media.essence!r}"
+                )
+            continue
+        todo: list[tuple[int, bytes]] = []
+        for i in indexes:
+            payload = rows[i][1] or b""
+            if len(payload) > b.max_payload_bytes:
+                out[i] = _err(
+                    budgets.SIZE_REASON,
+                    "SizeBudgetExceeded",
+                    f"payload of {len(payload)} bytes is over the normalize budget of "
+                    f"{b.max_payload_bytes} (HEADWATER_ENRICHER_NORMALIZE_MAX_PAYLOAD_BYTES)",
+                )
+            else:
+                todo.append((i, payload))
+        if not todo:
+            continue
+        if not units.ready():
+            units.warm()  # the units registry's one-off build (~0.4 s) is not a message's cost
+        results = budgets.each(b, batch_of(fn), [p for _, p in todo], media)
+        built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
+        for (i, payload), result in zip(todo, results, strict=True):
+            out[i] = _columns_of(result, payload, media, built_in, b)
+    return out
 
 
-def _normalize(
-    content_type: str | None, payload: bytes | None, b: budgets.Budget
+def _columns_of(
+    result: Any, payload: bytes, media: media_type.MediaType, built_in: bool, b: budgets.Budget
 ) -> dict[str, Any]:
+    """The columns of one normalizer result (or of the error it gave instead)."""
     try:
-        media = media_type.parse(content_type or "")
-    except media_type.MediaTypeError as exc:
-        return _err("CONTENT_TYPE_INVALID", type(exc).__name__, str(exc))
-    fn = lookup(media.essence)
-    if fn is None:
-        return _err("UNKNOWN_FORMAT", "UnknownFormatError", f"no normalizer for {media.essence!r}")
-    payload = payload or b""
-    if len(payload) > b.max_payload_bytes:
-        return _err(
-            budgets.SIZE_REASON,
-            "SizeBudgetExceeded",
-            f"payload of {len(payload)} bytes is over the normalize budget of "
-            f"{b.max_payload_bytes} (HEADWATER_ENRICHER_NORMALIZE_MAX_PAYLOAD_BYTES)",
-        )
-    if not units.ready():
-        units.warm()  # the units registry's one-off build (~0.4 s) is not a message's cost
-    try:
-        out = columns(budgets.call(b, fn, payload, media), b)
+        if isinstance(result, BaseException):
+            raise result
+        out = columns(result, b)
     except NormalizeError as exc:
         return _err(exc.reason, type(exc).__name__, str(exc))
     except budgets.CpuBudgetExceeded:
@@ -93,7 +127,6 @@ def _normalize(
         return _err(budgets.SIZE_REASON, "SizeBudgetExceeded", str(exc))
     except Exception as exc:  # a normalizer bug must not crash-loop the query on replay
         return _err("NORMALIZER_FAILED", type(exc).__name__, str(exc))
-    built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
     escapes = b"\\u" in payload or media.charset not in (None, "utf-8")
     if (escapes or not built_in) and not encodable(out):
         # A JSON escape such as "\ud800" parses to a string no encoder accepts (Arrow,

@@ -88,6 +88,12 @@ class Conversion:
     scale: float
     offset: float
 
+    def apply(self, value: float) -> float:
+        """Return ``value`` in the canonical unit (see :func:`convert` for the rounding)."""
+        if self.scale == 1.0 and self.offset == 0.0:
+            return value
+        return float(f"{value * self.scale + self.offset:.12g}")
+
 
 #: Spelling -> its conversion, or the text of why it has none (never an exception object).
 _CACHE: dict[str, Conversion | str] = {}
@@ -126,10 +132,7 @@ def convert(value: float, unit: str) -> tuple[float, str]:
     (l/min in m³/s) keep their precision. A value already canonical passes unchanged.
     """
     c = conversion(unit)
-    if c.scale == 1.0 and c.offset == 0.0:
-        return value, c.canonical
-    converted = value * c.scale + c.offset
-    return float(f"{converted:.12g}"), c.canonical
+    return c.apply(value), c.canonical
 
 
 def ready() -> bool:

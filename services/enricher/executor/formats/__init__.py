@@ -6,20 +6,25 @@ normalizers that installed packages declare (entry-point group ``headwater.norma
 
 from headwater.enricher.executor.formats import acme, globex, initech, opcua, sparkplug
 from headwater.enricher.executor.formats.base import (
+    BatchNormalizer,
     Measurement,
     MetricDef,
     Normalized,
     NormalizeError,
     Normalizer,
     Pending,
+    batch_normalizer,
+    batch_of,
     decode_text,
     load_json,
     measure,
+    measurer,
 )
 from headwater.enricher.executor.formats.registry import REGISTRY, register
 
 __all__ = [
     "REGISTRY",
+    "BatchNormalizer",
     "Measurement",
     "MetricDef",
     "NormalizeError",
@@ -27,11 +32,14 @@ __all__ = [
     "Normalizer",
     "Pending",
     "acme",
+    "batch_normalizer",
+    "batch_of",
     "decode_text",
     "globex",
     "initech",
     "load_json",
     "measure",
+    "measurer",
     "opcua",
     "register",
     "sparkplug",

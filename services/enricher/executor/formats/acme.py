@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from headwater.enricher.executor.formats.base import Normalized, NormalizeError, load_json, measure
+from collections.abc import Iterator, Sequence
+
+from headwater.enricher.executor.formats.base import (
+    Normalized,
+    NormalizeError,
+    batch_normalizer,
+    load_json,
+    measurer,
+)
 from headwater.enricher.executor.formats.registry import register
 from headwater.enricher.executor.media_type import MediaType
 
@@ -12,13 +20,23 @@ _SEVERITY = {"info": 1, "warning": 2, "critical": 3}
 
 
 @register("application/vnd.acme.telemetry.v1+json")
-def acme_telemetry(payload: bytes, media: MediaType) -> Normalized:
+@batch_normalizer
+def acme_telemetry(
+    payloads: Sequence[bytes], media: MediaType
+) -> Iterator[Normalized | NormalizeError]:
     """ACME v1: ``{"temp_c": 21.5, "hum_pct": 40.1}`` (either field may be missing)."""
-    doc = load_json(payload, media)
-    if not isinstance(doc, dict) or not {"temp_c", "hum_pct"} & doc.keys():
-        raise NormalizeError("PAYLOAD_INVALID", "expected an object with temp_c and/or hum_pct")
-    values = [measure(name, doc[k], unit) for k, name, unit in _FIELDS if k in doc]
-    return Normalized("telemetry", "acme.telemetry.v1+json", values)
+    fields = [(k, measurer(name, unit)) for k, name, unit in _FIELDS]  # units: once a batch
+    for payload in payloads:
+        try:
+            doc = load_json(payload, media)
+            if not isinstance(doc, dict) or not {"temp_c", "hum_pct"} & doc.keys():
+                raise NormalizeError(
+                    "PAYLOAD_INVALID", "expected an object with temp_c and/or hum_pct"
+                )
+            values = [measured(doc[k]) for k, measured in fields if k in doc]
+            yield Normalized("telemetry", "acme.telemetry.v1+json", values)
+        except NormalizeError as exc:
+            yield exc
 
 
 @register("application/vnd.acme.alarm.v1+json")

@@ -3,14 +3,17 @@
 A normalizer is ``fn(payload: bytes, media: MediaType) -> Normalized``. It raises
 :class:`NormalizeError` for bad data (the dead-letter reason goes with it); anything else it
 raises is caught as ``NORMALIZER_FAILED``. It need not check that values are finite: the
-registry's caller does that for every normalizer (``normalize.check``).
+registry's caller does that for every normalizer (``normalize.check``). It may carry a batch
+form, ``fn.batch(payloads, media)`` (:func:`batch_normalizer`), which the enricher calls over
+the messages of one media type in an Arrow batch.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -77,6 +80,44 @@ class Normalized:
 
 
 Normalizer = Callable[[bytes, MediaType], Normalized]
+#: The batch form of a normalizer: the results of the payloads (all of one media type), in
+#: order, one each, a :class:`NormalizeError` in place of a payload's result for bad data.
+#: A generator, so that each message is timed on its own (``budget.each``).
+BatchNormalizer = Callable[[Sequence[bytes], MediaType], Iterator[Normalized | NormalizeError]]
+
+
+def batch_of(fn: Normalizer) -> BatchNormalizer:
+    """Return the batch form of ``fn``: its own (``fn.batch``), else ``fn`` over each payload."""
+    own = getattr(fn, "batch", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+
+    def each(payloads: Sequence[bytes], media: MediaType) -> Iterator[Normalized | NormalizeError]:
+        for payload in payloads:
+            try:
+                yield fn(payload, media)
+            except NormalizeError as exc:  # data: this payload's result (others go on)
+                yield exc
+
+    return each
+
+
+def batch_normalizer(batch: BatchNormalizer) -> Normalizer:
+    """Make a normalizer from a batch form; the batch form stays on it as ``.batch``.
+
+    For normalizers that do per-batch work once (a unit conversion looked up for the whole
+    batch): the enricher calls the batch form, tools and tests may call one payload.
+    """
+
+    def one(payload: bytes, media: MediaType) -> Normalized:
+        (result,) = batch([payload], media)
+        if isinstance(result, NormalizeError):
+            raise result
+        return result
+
+    functools.update_wrapper(one, batch)
+    one.batch = batch  # type: ignore[attr-defined]
+    return one
 
 
 def check_value(name: Any, value: Any) -> float:
@@ -123,17 +164,34 @@ def measure(name: str, value: Any, unit: str) -> Measurement:
         NormalizeError: ``PAYLOAD_INVALID`` when the value is not a number (the message names
             the field), ``UNIT_UNKNOWN`` when the unit cannot be converted (it names the unit).
     """
+    number = _number(name, value)
+    try:
+        c = units.conversion(unit)
+    except units.UnitError as exc:
+        raise NormalizeError("UNIT_UNKNOWN", f"{name}: {exc}") from None
+    return Measurement(name, c.apply(number), c.canonical)
+
+
+def measurer(name: str, unit: str) -> Callable[[Any], Measurement]:
+    """Return ``measure`` of ``name`` in ``unit``, with the unit looked up once (for a batch).
+
+    Raises:
+        NormalizeError: ``UNIT_UNKNOWN`` now, when the unit cannot be converted.
+    """
+    try:
+        c = units.conversion(unit)
+    except units.UnitError as exc:
+        raise NormalizeError("UNIT_UNKNOWN", f"{name}: {exc}") from None
+    return lambda value: Measurement(name, c.apply(_number(name, value)), c.canonical)
+
+
+def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise NormalizeError("PAYLOAD_INVALID", f"{name}: {value!r} is not a number")
     try:
-        number = float(value)
+        return float(value)
     except OverflowError:  # an integer literal beyond a double
         raise NormalizeError("PAYLOAD_INVALID", f"{name}: {value} is out of range") from None
-    try:
-        converted, canonical = units.convert(number, unit)
-    except units.UnitError as exc:
-        raise NormalizeError("UNIT_UNKNOWN", f"{name}: {exc}") from None
-    return Measurement(name, converted, canonical)
 
 
 #: The charsets a payload may declare (lower case) -> Python's codec. A fixed list: looking

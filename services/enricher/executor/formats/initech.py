@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from headwater.enricher.executor.formats.base import (
     Normalized,
     NormalizeError,
+    batch_normalizer,
     decode_text,
-    measure,
+    measurer,
 )
 from headwater.enricher.executor.formats.registry import register
 from headwater.enricher.executor.media_type import MediaType
@@ -21,12 +24,26 @@ MAX_LINE = 1024
 
 
 @register("text/vnd.initech.telemetry.v1+csv")
-def initech_telemetry(payload: bytes, media: MediaType) -> Normalized:
+@batch_normalizer
+def initech_telemetry(
+    payloads: Sequence[bytes], media: MediaType
+) -> Iterator[Normalized | NormalizeError]:
     """Initech v1: ``temperature_k,humidity_ratio,voltage_mv`` (RFC 4180 line, CRLF or LF).
 
     The ``charset`` parameter is honoured (default UTF-8, of which ASCII is a part); a
     byte-order mark, a trailing line end and spaces around cells are tolerated.
     """
+    columns = [(name, measurer(name, unit)) for name, unit in _COLUMNS]  # units: once a batch
+    for payload in payloads:
+        try:
+            yield Normalized(
+                "telemetry", "initech.telemetry.v1+csv", _line(payload, media, columns)
+            )
+        except NormalizeError as exc:
+            yield exc
+
+
+def _line(payload: bytes, media: MediaType, columns: list[tuple[str, Any]]) -> list[Any]:
     text = decode_text(payload, media)
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
@@ -39,15 +56,15 @@ def initech_telemetry(payload: bytes, media: MediaType) -> Normalized:
         cells = next(csv.reader(lines))
     except csv.Error as exc:  # an unterminated quote, a NUL...
         raise NormalizeError("PAYLOAD_INVALID", f"not a CSV line: {exc}") from None
-    if len(cells) != len(_COLUMNS):
+    if len(cells) != len(columns):
         raise NormalizeError("PAYLOAD_INVALID", f"expected 3 columns, got {len(cells)}")
     values = []
-    for (name, unit), cell in zip(_COLUMNS, cells, strict=True):
+    for (name, measured), cell in zip(columns, cells, strict=True):
         try:
             number = float(cell.strip())
         except ValueError:
             raise NormalizeError(
                 "PAYLOAD_UNDECODABLE", f"{name}: {cell.strip()!r} is not a number"
             ) from None
-        values.append(measure(name, number, unit))
-    return Normalized("telemetry", "initech.telemetry.v1+csv", values)
+        values.append(measured(number))
+    return values

@@ -7,6 +7,9 @@ point in the group ``headwater.normalizers``: the entry point's *name* is the me
     [project.entry-points."headwater.normalizers"]
     "application/vnd.example.meter.v1+json" = "example_meter:normalize"
 
+A normalizer made with ``formats.batch_normalizer`` (a generator over a batch's payloads of
+its media type) also carries that batch form, which the enricher then uses.
+
 Entry points are loaded once per process, on first use (the driver at start-up, each Spark
 Python worker when it normalizes its first message). A plugin that fails to load, or that
 names a built-in format, is skipped with a log line; it never stops the query.
@@ -14,6 +17,7 @@ names a built-in format, is skipped with a log line; it never stops the query.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -107,6 +111,11 @@ def _load_entry_points() -> list[Loaded]:
             fn = ep.load()
             if not callable(fn):
                 raise TypeError(f"{ep.value} is not callable")
+            batch = getattr(fn, "batch", None)
+            if batch is not None and not inspect.isgeneratorfunction(batch):
+                # Its results are timed one by one (budget.each): a list would be built
+                # whole before the first could be timed.
+                raise TypeError(f"{ep.value}.batch is not a generator function")
         except Exception as exc:  # a broken plugin must not stop the enricher
             log.warning(
                 "normalizer plugin skipped",
