@@ -216,3 +216,43 @@ def test_a_batch_normalizes_each_message_as_it_would_alone() -> None:
     random.Random(5).shuffle(pairs)
     assert len({ct for ct, _ in pairs}) >= 8
     assert normalize_batch(pairs) == [normalize_message(ct, p) for ct, p in pairs]
+
+
+@pytest.mark.spark
+def test_the_hop_passes_the_keyed_columns_through_and_decodes_as_one_row_would(spark) -> None:
+    import pyarrow as pa
+
+    from headwater.enricher.bench.hop import _arrow_schemas
+    from headwater.enricher.executor.arrow_hop import HOP, decoder
+
+    good = Msg("m1", "dev-1", INITECH, b"294.65,0.401,3300", sequence=7)
+    bad = Msg("m2", "dev-2", "text/x-unknown", b"?")
+    keyed_rows = [
+        ("acme", "dev-1", "in", 0, 0, envelope(good), ingest_headers(good, 1000)),
+        ("acme", "dev-2", "in", 1, 5, envelope(bad), ingest_headers(bad, 1000)),
+        ("acme", "dev-3", "master", 0, 9, None, None),  # a tombstone: no value, no headers
+        ("", "dev-4", "in", 0, 1, b"\x0a\xff", []),
+    ]
+    keyed_schema, hop_schema = _arrow_schemas(KEYED, HOP)
+    names = field_names(KEYED)
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {
+                **dict(zip(names, row, strict=True)),
+                "headers": None if row[6] is None else [{"key": k, "value": v} for k, v in row[6]],
+            }
+            for row in keyed_rows
+        ],
+        schema=keyed_schema,
+    )
+    (out,) = decoder("master", hop_schema)(iter([batch]))
+    assert out.schema == hop_schema
+    for name in names:  # the very same values, never turned into Python and back
+        assert out.column(name).to_pylist() == batch.column(name).to_pylist()
+    expected = [decode_row(tuple(r[k] for k in names), "master") for r in batch.to_pylist()]
+    for got, want in zip(out.to_pylist(), expected, strict=True):
+        want["payload"] = None
+        assert {k: got[k] for k in ("kind", "message_id", "error_reason", "event_type")} == {
+            k: want[k] for k in ("kind", "message_id", "error_reason", "event_type")
+        }
+        assert got["measurements"] == want["measurements"]

@@ -57,13 +57,18 @@ def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def hop_rows(rows: list[dict[str, Any]], master_topic: str) -> list[dict[str, Any]]:
-    """Return keyed rows decoded and normalized (the ``HOP`` columns); never raises."""
-    msgs = [decode_keyed(tuple(row[k] for k in _KEYED), master_topic) for row in rows]
+def hop_rows(batch: pa.RecordBatch, master_topic: str) -> list[dict[str, Any]]:
+    """Return a batch of keyed rows decoded and normalized; never raises.
+
+    Each dict has every ``HOP`` column; :func:`decoder` takes the keyed rows' own from the
+    batch instead.
+    """
+    columns = [batch.column(k).to_pylist() for k in _KEYED]  # column by column: no row dicts
+    msgs = [decode_keyed(row, master_topic) for row in zip(*columns, strict=True)]
     todo = [m for m in msgs if normalizable(m)]
     normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
-    for msg, columns in zip(todo, normalized, strict=True):
-        msg |= columns
+    for msg, columns_of_msg in zip(todo, normalized, strict=True):
+        msg |= columns_of_msg
     for msg in msgs:
         with_normalized_columns(msg)
         # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
@@ -77,12 +82,27 @@ def hop_rows(rows: list[dict[str, Any]], master_topic: str) -> list[dict[str, An
 def decoder(
     master_topic: str, schema: pa.Schema
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Return the ``mapInArrow`` function (picklable: it closes over strings and a schema)."""
+    """Return the ``mapInArrow`` function (picklable: it closes over strings and a schema).
+
+    The keyed rows' own columns (key, source coordinates, the record's value and headers)
+    leave as they came, as Arrow arrays: only the decoded and normalized columns are built
+    from Python objects (turning every header back into Arrow was a third of the hop's
+    conversion work).
+    """
+    built = pa.schema([f for f in schema if f.name not in _KEYED])
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = hop_rows(batch.to_pylist(), master_topic)
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            out = pa.RecordBatch.from_pylist(hop_rows(batch, master_topic), schema=built)
+            yield pa.RecordBatch.from_arrays(
+                [_column(batch if f.name in _KEYED else out, f) for f in schema], schema=schema
+            )
         worker_gc.freeze_survivors()
 
     return run
+
+
+def _column(batch: pa.RecordBatch, field: pa.Field) -> pa.Array:
+    column = batch.column(field.name)
+    # Spark's Arrow writer and pyarrow may name a list's item field differently.
+    return column if column.type == field.type else column.cast(field.type)
