@@ -1,7 +1,7 @@
 """The metrics of the ingest service; names carry their unit (Prometheus adds suffixes).
 
 Exported names (Prometheus): headwater_ingest_requests_total, headwater_ingest_messages_total,
-headwater_ingest_received_bytes_total, headwater_ingest_request_duration_seconds,
+headwater_ingest_received_bytes_total, headwater_ingest_frame_duration_seconds,
 headwater_ingest_produce_duration_seconds, headwater_ingest_inflight_bytes,
 headwater_ingest_inflight_requests, headwater_ingest_refused_calls_total,
 headwater_ingest_refused_bytes_total, headwater_ingest_open_streams,
@@ -10,6 +10,11 @@ rpc_server_call_duration_seconds (``rpc.server.call.duration``, in seconds: the 
 name; ``rpc.server.duration`` in ms is deprecated in the installed semantic conventions).
 Counters and histograms only, besides gauges of what is held right now: rates and
 quantiles are PromQL's job.
+
+A publish call's latency is recorded once, on ``rpc.server.call.duration``; a stream is
+one observation there for its whole life, so its frames have their own histogram
+(``headwater.ingest.frame.duration``). Until this release a second histogram,
+``headwater.ingest.request.duration``, recorded every publish call again.
 """
 
 from __future__ import annotations
@@ -68,10 +73,10 @@ class IngestMetrics:
             "By",
             "Device message bytes by endpoint and per-message code",
         )
-        self.request_duration = meter.create_histogram(
-            "headwater.ingest.request.duration",
+        self.frame_duration = meter.create_histogram(
+            "headwater.ingest.frame.duration",
             unit="s",
-            description="Time from receiving a request (or stream frame) to answering it",
+            description="Time from reading a stream frame to answering it",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
         self.produce_duration = meter.create_histogram(

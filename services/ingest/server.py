@@ -39,6 +39,10 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 #: Bytes of protobuf framing around the messages of a request.
 _REQUEST_OVERHEAD = 64 * 1024
+#: Share of new traces sampled when OTEL_TRACES_SAMPLER is unset (parent-based: a gateway's
+#: sampled traceparent is always followed). Two recorded spans were a quarter of a single
+#: message call's CPU (docs/benchmarks.md); one call in ten still shows the path.
+TRACE_RATIO = 0.1
 
 
 def _server_credentials(settings: IngestSettings) -> grpc.ServerCredentials | None:
@@ -79,7 +83,7 @@ class IngestServer:
         self.command_settings = commands
         self.commands: CommandService | None = None
         self.writer = writer or create_writer(settings)
-        self.telemetry = telemetry or create_telemetry("headwater-ingest")
+        self.telemetry = telemetry or create_telemetry("headwater-ingest", trace_ratio=TRACE_RATIO)
         self.port = 0
         #: The plaintext health-only port (0: none); see _start_health_server.
         self.health_port = 0
@@ -272,7 +276,10 @@ class IngestServer:
 async def serve(settings: IngestSettings) -> None:
     """Run the ingest service until SIGTERM or SIGINT, then drain and exit."""
     telemetry = create_telemetry(
-        "headwater-ingest", prometheus_port=settings.metrics_port, set_global=True
+        "headwater-ingest",
+        prometheus_port=settings.metrics_port,
+        set_global=True,
+        trace_ratio=TRACE_RATIO,
     )
     server = IngestServer(settings, telemetry=telemetry, commands=CommandSettings.from_env())
     await server.start()

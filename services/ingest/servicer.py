@@ -112,7 +112,7 @@ class IngestServicer:
     # --- RPCs -------------------------------------------------------------------------
 
     async def _publish(
-        self, ep: Endpoint, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        self, ep: Endpoint, _requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> object:
         started = time.perf_counter()
         attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
@@ -130,7 +130,7 @@ class IngestServicer:
                 self._admission.check_deadline(time_left)
                 self._admission.check_room(gateway)
                 async with self._admission.reading_body(gateway, time_left):
-                    request = await self._read_request(requests)
+                    request = await self._read_request(context)
                 # The place is the arrival order of this gateway's requests (no await
                 # between the body's arrival and here).
                 place = self._order.join(gateway.gateway_id)
@@ -169,14 +169,18 @@ class IngestServicer:
         raise AssertionError("unreachable: abort_with_status raises")
 
     def _call_done(self, ep: Endpoint, method: str, attrs: dict[str, str], started: float) -> None:
-        elapsed = time.perf_counter() - started
         self._metrics.requests.add(1, attrs)
-        self._metrics.request_duration.record(elapsed, attrs)
-        self._metrics.rpc_call(SERVICE_NAME, method, attrs["code"], elapsed)
+        self._metrics.rpc_call(SERVICE_NAME, method, attrs["code"], time.perf_counter() - started)
 
-    async def _read_request(self, requests: AsyncIterator[bytes]) -> bytes:
-        """Read a publish call's one request."""
-        async for request in requests:
+    async def _read_request(self, context: grpc.aio.ServicerContext) -> bytes:
+        """Read a publish call's one request.
+
+        With ``context.read()``, not ``async for`` over the request iterator: leaving that
+        loop after the first request leaves gRPC's async generator open, and closing it
+        costs the event loop one more task per call (asyncio's finalizer hook).
+        """
+        request = await context.read()
+        if request is not grpc.aio.EOF:
             return request
         raise InvalidMessageError(
             "a publish call carries exactly one request; none arrived",
@@ -336,8 +340,8 @@ class IngestServicer:
                     results = [error_result("", err)] if frame.error else []
                     results += [error_result(message_id_of(raw), err) for raw in frame.messages]
             span.set_attributes(rpc_status_attributes(code.name))
-        attrs = {"endpoint": ep.name, "method": "stream", "code": code.name}
-        self._metrics.request_duration.record(time.perf_counter() - started, attrs)
+        attrs = {"endpoint": ep.name, "code": code.name}
+        self._metrics.frame_duration.record(time.perf_counter() - started, attrs)
         return ep.stream_response(frame_id=frame.frame_id, results=results)
 
     # --- helpers ----------------------------------------------------------------------

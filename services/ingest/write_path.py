@@ -169,13 +169,19 @@ class FrameWriter:
         pending: list[tuple[int, str, asyncio.Future]] = []
         last_key = ""  # the device id of the last record queued, for the span
         produce_started = time.perf_counter()
-        # The producer span is a child of the call's span, but not made current: its
-        # context is needed only in the records' headers (injected from it directly).
-        with self._tracer.start_span(
-            f"send {ep.topic}",
-            kind=SpanKind.PRODUCER,
-            attributes=_send_attributes(ep.topic, len(frame.messages)),
-        ) as span:
+        span = trace.get_current_span()  # the call's (or stream frame's)
+        if span.is_recording():
+            # The producer span is a child of the call's span, but not made current: its
+            # context is needed only in the records' headers (injected from it directly).
+            span = self._tracer.start_span(
+                f"send {ep.topic}",
+                kind=SpanKind.PRODUCER,
+                attributes=_send_attributes(ep.topic, len(frame.messages)),
+            )
+        # Else the call is not sampled (most are, by default): a child would record nothing
+        # either, so none is made, and the records carry the call's context (its trace id).
+        # Leaving the block ends the producer span; a span not recording ignores it.
+        with span:
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(span))
             common = [

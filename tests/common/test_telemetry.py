@@ -26,6 +26,7 @@ from headwater.runtime.telemetry import (
     TelemetryConfigError,
     build_resource,
     create_telemetry,
+    default_sampler,
     exporter_names,
     otlp_entry_point,
 )
@@ -125,6 +126,41 @@ def test_sampler_comes_from_the_standard_variables(monkeypatch, sampler, arg, sa
     try:
         with telemetry.tracer_provider.get_tracer("t").start_as_current_span("s") as span:
             assert span.is_recording() is sampled
+    finally:
+        telemetry.shutdown()
+
+
+def test_a_process_default_ratio_applies_only_when_no_sampler_is_named():
+    # No ratio asked for: the SDK reads the variables (parentbased_always_on by default).
+    assert default_sampler(None, {}) is None
+    # A ratio asked for: parent-based, at the ratio, or at OTEL_TRACES_SAMPLER_ARG if set.
+    description = default_sampler(0.1, {}).get_description()
+    assert description.startswith("ParentBased{root:TraceIdRatioBased{0.1}")
+    from_arg = default_sampler(0.1, {"OTEL_TRACES_SAMPLER_ARG": "1"})
+    assert "TraceIdRatioBased{1.0}" in from_arg.get_description()
+    # A sampler named by the operator wins over the process's default.
+    assert default_sampler(0.1, {"OTEL_TRACES_SAMPLER": "always_on"}) is None
+    for bad in ("2", "-0.5", "half"):
+        with pytest.raises(TelemetryConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
+            default_sampler(0.1, {"OTEL_TRACES_SAMPLER_ARG": bad})
+
+
+def test_a_default_ratio_of_zero_still_follows_a_sampled_parent_and_keeps_trace_ids():
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = create_telemetry("t", trace_ratio=0.0)
+    tracer = telemetry.tracer_provider.get_tracer("t")
+    try:
+        with tracer.start_as_current_span("new") as span:
+            assert not span.is_recording()
+            assert span.get_span_context().is_valid  # logs still carry its trace id
+        parent = SpanContext(
+            0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+        )
+        context = trace.set_span_in_context(NonRecordingSpan(parent))
+        with tracer.start_as_current_span("child", context=context) as span:
+            assert span.is_recording()
     finally:
         telemetry.shutdown()
 

@@ -53,7 +53,8 @@ def test_dashboard_shows_what_operators_look_for():
     }
     wanted = {
         "headwater_ingest_requests_total",  # rate and errors by code
-        "headwater_ingest_request_duration_seconds",  # latency percentiles
+        "rpc_server_call_duration_seconds",  # publish latency percentiles
+        "headwater_ingest_frame_duration_seconds",  # stream frame latency
         "headwater_ingest_inflight_bytes",
         "headwater_enricher_consumer_lag_records",
         "headwater_enricher_end_to_end_duration_seconds",

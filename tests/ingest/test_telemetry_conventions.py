@@ -51,14 +51,15 @@ async def _serve(
     return list(spans.get_finished_spans()), text
 
 
-def _count(text: str, **labels: str) -> float:
-    """Return rpc.server.call.duration's call count for the series matching ``labels``."""
+def _count(
+    text: str, sample_name: str = "rpc_server_call_duration_seconds_count", **labels: str
+) -> float:
+    """Return a histogram's count (rpc.server.call.duration's calls) for matching series."""
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "rpc_server_call_duration_seconds_count"
-        and all(sample.labels.get(k) == v for k, v in labels.items())
+        if sample.name == sample_name and all(sample.labels.get(k) == v for k, v in labels.items())
     )
 
 
@@ -147,8 +148,10 @@ async def test_stream_frames_are_server_spans_and_a_batch_send_has_no_record_att
         assert attrs["messaging.batch.message_count"] == 3
         assert attrs["messaging.operation.type"] == "send"
         assert "messaging.kafka.message.key" not in attrs  # three records, three keys
-    # The whole stream is one call on the convention's metric.
+    # The whole stream is one call on the convention's metric; each frame is on its own.
     assert _count(text, rpc_method="StreamTelemetry", rpc_grpc_status_code="0") == 1
+    frames = _count(text, "headwater_ingest_frame_duration_seconds_count", code="OK")
+    assert frames == 2
 
 
 async def test_scrape_has_only_counters_histograms_and_holding_gauges(ingest_settings):
@@ -168,7 +171,8 @@ async def test_scrape_has_only_counters_histograms_and_holding_gauges(ingest_set
     assert types["headwater_ingest_requests_total"] == "counter"
     assert types["headwater_ingest_messages_total"] == "counter"
     assert types["headwater_ingest_received_bytes_total"] == "counter"
-    assert types["headwater_ingest_request_duration_seconds"] == "histogram"
+    # A publish call's latency is on the convention's histogram only (once per call).
+    assert "headwater_ingest_request_duration_seconds" not in types
     assert types["headwater_ingest_produce_duration_seconds"] == "histogram"
     assert types["rpc_server_call_duration_seconds"] == "histogram"
     gauges = {name for name, kind in types.items() if kind == "gauge"}

@@ -120,7 +120,7 @@ def scrape_of_the_services() -> str:
     ingest.requests.add(1, call)
     ingest.messages.add(1, {"endpoint": "telemetry", "code": "OK"})
     ingest.received_bytes.add(10, {"endpoint": "telemetry", "code": "OK"})
-    ingest.request_duration.record(0.01, call)
+    ingest.frame_duration.record(0.01, {"endpoint": "telemetry", "code": "OK"})
     ingest.produce_duration.record(0.01, {"topic": "ingest.telemetry.v1"})
     limit = {"endpoint": "telemetry", "method": "publish", "gateway": "gw", "limit": "bytes"}
     ingest.refused_calls.add(1, limit)

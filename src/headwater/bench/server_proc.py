@@ -84,11 +84,12 @@ def reset_peak(pid: int) -> bool:
 
 
 async def _serve() -> None:
-    from headwater.ingest.server import IngestServer
+    from headwater.ingest.server import TRACE_RATIO, IngestServer
     from headwater.ingest.settings import IngestSettings
     from headwater.runtime.telemetry import create_telemetry
 
-    telemetry = create_telemetry("headwater-ingest-bench", set_global=True)
+    # The service's own sampling default, so the bench measures what ships.
+    telemetry = create_telemetry("headwater-ingest-bench", set_global=True, trace_ratio=TRACE_RATIO)
     server = IngestServer(IngestSettings.from_env(), telemetry=telemetry)
     await server.start()
     stop = asyncio.Event()

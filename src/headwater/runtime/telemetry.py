@@ -18,7 +18,10 @@ What the standard variables do here (the SDK reads most of them itself):
   variable. Endpoint, headers, certificates and timeouts are read by the exporters.
 - ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``: read by the SDK's
   ``TracerProvider``; an unknown sampler name is refused here instead of silently sampling
-  everything.
+  everything. Unset, the SDK's default is ``parentbased_always_on``; a process may choose
+  ``parentbased_traceidratio`` instead (``create_telemetry(trace_ratio=...)``, the ingest
+  service does), with ``OTEL_TRACES_SAMPLER_ARG`` as the ratio when it is set. Either way a
+  caller's sampled ``traceparent`` is followed.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 
 log = logging.getLogger(__name__)
 
@@ -180,21 +184,56 @@ def check_sampler(env: Mapping[str, str] | None = None) -> None:
         raise TelemetryConfigError(f"OTEL_TRACES_SAMPLER={name!r} is unknown; use one of {known}")
 
 
+def default_sampler(
+    trace_ratio: float | None, env: Mapping[str, str] | None = None
+) -> Sampler | None:
+    """The sampler of a process whose operator set no ``OTEL_TRACES_SAMPLER``.
+
+    None (the SDK reads the variables, ``parentbased_always_on`` by default) unless the
+    process asks for a ratio: then ``parentbased_traceidratio`` at ``OTEL_TRACES_SAMPLER_ARG``
+    if set, else at ``trace_ratio``. Parent-based: a call whose caller sent a sampled
+    ``traceparent`` is always traced, one it sent unsampled never; only new traces are
+    sampled at the ratio. An unsampled call still has a trace id (logs carry it).
+
+    Raises:
+        TelemetryConfigError: ``OTEL_TRACES_SAMPLER_ARG`` is not a ratio from 0 to 1.
+    """
+    env = os.environ if env is None else env
+    if trace_ratio is None or env.get("OTEL_TRACES_SAMPLER", "").strip():
+        return None
+    raw = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    ratio = trace_ratio
+    if raw:
+        try:
+            ratio = float(raw)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise TelemetryConfigError(
+                f"OTEL_TRACES_SAMPLER_ARG={raw!r}: the ratio of new traces to sample, 0 to 1"
+            )
+    return ParentBased(TraceIdRatioBased(ratio))
+
+
 def create_telemetry(
     service_name: str,
     prometheus_port: int = 0,
     prometheus_host: str = "0.0.0.0",
     extra_readers: tuple[MetricReader, ...] = (),
     set_global: bool = False,
+    trace_ratio: float | None = None,
 ) -> Telemetry:
     """Build providers for ``service_name`` from the ``OTEL_*`` variables; optionally global.
 
     ``prometheus_port`` is the process's scrape port (``HEADWATER_*_METRICS_PORT``; 0: none).
+    ``trace_ratio``: the share of new traces sampled when ``OTEL_TRACES_SAMPLER`` is unset
+    (:func:`default_sampler`); None keeps the SDK's default (every trace).
     Raises :class:`TelemetryConfigError` for settings it cannot honour, before starting
     anything.
     """
     env = os.environ
     check_sampler(env)
+    sampler = default_sampler(trace_ratio, env)
     trace_names = exporter_names("traces", env)
     metric_names = exporter_names("metrics", env)
     span_exporters = [_load_exporter("traces", n, env) for n in trace_names]
@@ -203,8 +242,8 @@ def create_telemetry(
     ]
 
     resource = build_resource(service_name)
-    # No sampler argument: the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG.
-    tracer_provider = TracerProvider(resource=resource)
+    # Without a sampler argument the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG.
+    tracer_provider = TracerProvider(resource=resource, sampler=sampler)
     for exporter_class in span_exporters:
         tracer_provider.add_span_processor(BatchSpanProcessor(exporter_class()))
     readers: list[MetricReader] = list(extra_readers)
