@@ -194,17 +194,16 @@ async def test_a_report_that_overtakes_its_command_waits_for_the_book():
     assert relay._book.known(("acme", "d1", "c1"))
 
 
-def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):
-    # A broker outage fails ingest's DELIVERED write for every acknowledged command:
+def test_failed_stream_status_writes_warn_once_per_interval(caplog, monkeypatch):
+    # A broker outage fails ingest's DELIVERED (and outcome) write for every command:
     # one warning with the count, not one per command.
     from headwater.ingest.commands import service
-    from headwater.ingest.commands.book import Entry
 
     monkeypatch.setattr(service, "_unwritten", {"count": 0, "logged_at": 0.0})
-    entry = Entry(command("c1"), ("acme", "d1", "c1"), 0, 0)
+    status = model.status_of(command("c1"), CommandState.COMMAND_STATE_DELIVERED)
     for _ in range(1000):
-        service._not_written(entry, RuntimeError("broker down"))
-    warnings = [r for r in caplog.records if "cannot write DELIVERED" in r.getMessage()]
+        service._not_written(status, RuntimeError("broker down"))
+    warnings = [r for r in caplog.records if "cannot write command statuses" in r.getMessage()]
     assert len(warnings) == 1
     assert service._unwritten["count"] == 999
 
