@@ -290,6 +290,7 @@ class CommandDelivery:
             return error
         # Who reported it is who authenticated, never what the frame says (as the relay).
         status.tenant, status.gateway_id = gateway.tenant, gateway.gateway_id
+        # Finished: not delivered again, even if the outcome overtook its own ack.
         self._book.apply(status)
         self._on_outcome(status, "")
         return None
