@@ -70,7 +70,12 @@ class RawStream:
     def outcome(self, command_id: str, device_id: str, state: int, **fields) -> None:
         status = CommandStatus(command_id=command_id, device_id=device_id, state=state, **fields)
         status.time.FromMilliseconds(int(time.time() * 1000))
-        self.out.put_nowait(api.ReceiveCommandsRequest(outcome=status))
+        self.outcomes([status])
+
+    def outcomes(self, statuses: list[CommandStatus]) -> None:
+        self.out.put_nowait(
+            api.ReceiveCommandsRequest(outcomes=api.CommandOutcomes(statuses=statuses))
+        )
 
     async def close(self) -> None:
         self.call.cancel()
@@ -219,14 +224,23 @@ async def test_outcomes_not_the_gateways_to_send_are_refused_on_the_stream_and_n
     assert "nothing was written" in error.message
     globex.outcome("no-such-command", "globex-001", CommandState.COMMAND_STATE_EXECUTED)
     assert (await globex.next()).outcome_error.reason == "UNKNOWN_COMMAND"
-    owner.outcome(got.command_id, got.device_id, CommandState.COMMAND_STATE_DELIVERED)
-    assert (await owner.next()).outcome_error.reason == "NOT_AN_OUTCOME"
-    owner.outcome(
-        got.command_id,
-        got.device_id,
-        CommandState.COMMAND_STATE_EXECUTED,
-        result=b"x" * (300 * 1024),
+    # One frame, two outcomes, each refused on its own.
+    owner.outcomes(
+        [
+            CommandStatus(
+                command_id=got.command_id,
+                device_id=got.device_id,
+                state=CommandState.COMMAND_STATE_DELIVERED,
+            ),
+            CommandStatus(
+                command_id=got.command_id,
+                device_id=got.device_id,
+                state=CommandState.COMMAND_STATE_EXECUTED,
+                result=b"x" * (300 * 1024),
+            ),
+        ]
     )
+    assert (await owner.next()).outcome_error.reason == "NOT_AN_OUTCOME"
     assert (await owner.next()).outcome_error.reason == "OUTCOME_TOO_LARGE"
     # The owner's own outcome now: written after anything the refused frames could have
     # written (one replica, one writer, one partition), so its history shows all.

@@ -240,16 +240,18 @@ class CommandDelivery:
     ) -> None:
         async for request in requests:
             frame = request.WhichOneof("frame")
+            errors: list[api.ReceiveCommandsResponse] = []
             if frame == "ack":
-                error = self._ack(stream, request.ack)
-                answer = api.ReceiveCommandsResponse(ack_error=error)
-            elif frame == "outcome":
-                error = self._outcome(stream, request.outcome)
-                answer = api.ReceiveCommandsResponse(outcome_error=error)
-            else:
-                continue  # a second "open" changes nothing
-            if error is not None:
-                answers.put_nowait(answer)
+                if error := self._ack(stream, request.ack):
+                    errors.append(api.ReceiveCommandsResponse(ack_error=error))
+            elif frame == "outcomes":
+                for status in request.outcomes.statuses:
+                    if error := self._outcome(stream, status):
+                        errors.append(api.ReceiveCommandsResponse(outcome_error=error))
+            # (a second "open" changes nothing)
+            if errors:
+                for answer in errors:
+                    answers.put_nowait(answer)
                 stream.wake.set()
 
     def _ack(self, stream: CommandStream, ack: api.CommandAck) -> api.CommandAckError | None:

@@ -41,14 +41,20 @@ class StreamCommandStatusResponse(_message.Message):
     def __init__(self, frame_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_ingest_messages_pb2.MessageResult, _Mapping]]] = ...) -> None: ...
 
 class ReceiveCommandsRequest(_message.Message):
-    __slots__ = ("open", "ack", "outcome")
+    __slots__ = ("open", "ack", "outcomes")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
-    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     open: OpenCommandStream
     ack: CommandAck
-    outcome: _command_status_pb2.CommandStatus
-    def __init__(self, open: _Optional[_Union[OpenCommandStream, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., outcome: _Optional[_Union[_command_status_pb2.CommandStatus, _Mapping]] = ...) -> None: ...
+    outcomes: CommandOutcomes
+    def __init__(self, open: _Optional[_Union[OpenCommandStream, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., outcomes: _Optional[_Union[CommandOutcomes, _Mapping]] = ...) -> None: ...
+
+class CommandOutcomes(_message.Message):
+    __slots__ = ("statuses",)
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedCompositeFieldContainer[_command_status_pb2.CommandStatus]
+    def __init__(self, statuses: _Optional[_Iterable[_Union[_command_status_pb2.CommandStatus, _Mapping]]] = ...) -> None: ...
 
 class OpenCommandStream(_message.Message):
     __slots__ = ("max_unacked",)
