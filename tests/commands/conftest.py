@@ -104,12 +104,14 @@ async def start_command_ingest(command_topics, tokens_file):
                 _start_group_at_end, command_topics.kafka, COMMAND_REPORTS_TOPIC, group
             )
         settings = IngestSettings(
-            listen_address="127.0.0.1:0",
-            tokens_file=str(tokens_file),
-            produce_timeout_seconds=5.0,
-            drain_grace_seconds=1.0,
-            kafka=command_topics.kafka,
-            **(ingest or {}),
+            **{
+                "listen_address": "127.0.0.1:0",
+                "tokens_file": str(tokens_file),
+                "produce_timeout_seconds": 5.0,
+                "drain_grace_seconds": 1.0,
+                "kafka": command_topics.kafka,
+                **(ingest or {}),
+            }
         )
         commands = CommandSettings(
             topic_prefix=command_topics.prefix,

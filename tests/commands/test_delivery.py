@@ -67,6 +67,16 @@ class RawStream:
             )
         )
 
+    def outcome(self, command_id: str, device_id: str, state: int, **fields) -> None:
+        status = CommandStatus(command_id=command_id, device_id=device_id, state=state, **fields)
+        status.time.FromMilliseconds(int(time.time() * 1000))
+        self.outcomes([status])
+
+    def outcomes(self, statuses: list[CommandStatus]) -> None:
+        self.out.put_nowait(
+            api.ReceiveCommandsRequest(outcomes=api.CommandOutcomes(statuses=statuses))
+        )
+
     async def close(self) -> None:
         self.call.cancel()
         self.reader.cancel()
@@ -118,6 +128,135 @@ async def test_the_ack_itself_writes_delivered(command_topics, start_command_ing
         "acme",
     )
     await stream.close()
+
+
+async def wait_for_state(topics, command_id: str, state: int, within_s: float = 20.0):
+    """The command's history once its current state is ``state``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        histories = await asyncio.to_thread(read_histories, topics.kafka, topics.status, 5)
+        history = histories.get(command_id)
+        if history is not None and history.current.state == state:
+            return history
+        if time.monotonic() > deadline:
+            seen = [r.state for r in history.records] if history else []
+            raise AssertionError(f"{command_id} not in state {state} within {within_s}s: {seen}")
+        await asyncio.sleep(0.2)
+
+
+async def test_an_outcome_on_the_stream_writes_executed_with_the_authenticated_gateway(
+    command_topics, start_command_ingest
+):
+    # The raw stream publishes no report: the EXECUTED on the status topic is ingest's,
+    # written from the outcome frame, with tenant and gateway from the credentials (the
+    # frame's are forged), the result as sent.
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    command = await asyncio.to_thread(send, command_topics, command_id="ran", name="set-x")
+    got = (await stream.next()).command
+    stream.ack(got.command_id, got.device_id)
+    stream.outcome(
+        got.command_id,
+        got.device_id,
+        CommandState.COMMAND_STATE_EXECUTED,
+        result=b'{"applied": true}',
+        name=got.name,
+        tenant="globex",
+        gateway_id="gw-b",
+    )
+    history = await wait_for_state(
+        command_topics, command.command_id, CommandState.COMMAND_STATE_EXECUTED
+    )
+    current = history.current
+    assert (current.result, current.gateway_id, current.tenant, current.name) == (
+        b'{"applied": true}',
+        "gw-a",
+        "acme",
+        "set-x",
+    )
+    assert history.states == ["QUEUED", "DELIVERED", "EXECUTED"]
+    await stream.nothing_for(0.5)  # accepted: no outcome_error
+    await stream.close()
+
+
+async def test_a_failed_outcome_on_the_stream_is_written_with_its_reason(
+    command_topics, start_command_ingest
+):
+    # Sent before the ack, as a gateway whose ack is still queued would: the outcome
+    # finishes the command, the later ack changes nothing and is not refused.
+    ingest = await start_command_ingest()
+    stream = RawStream(f"127.0.0.1:{ingest.port}")
+    command = await asyncio.to_thread(send, command_topics, command_id="broke")
+    got = (await stream.next()).command
+    stream.outcome(
+        got.command_id,
+        got.device_id,
+        CommandState.COMMAND_STATE_FAILED,
+        reason="RuntimeError: valve stuck",
+    )
+    stream.ack(got.command_id, got.device_id)
+    history = await wait_for_state(
+        command_topics, command.command_id, CommandState.COMMAND_STATE_FAILED
+    )
+    assert (history.current.reason, history.current.gateway_id) == (
+        "RuntimeError: valve stuck",
+        "gw-a",
+    )
+    await stream.nothing_for(0.5)
+    await stream.close()
+    again = RawStream(f"127.0.0.1:{ingest.port}")
+    await again.nothing_for(1.0)  # finished: never sent again
+    await again.close()
+
+
+async def test_outcomes_not_the_gateways_to_send_are_refused_on_the_stream_and_not_written(
+    command_topics, start_command_ingest
+):
+    ingest = await start_command_ingest()
+    target = f"127.0.0.1:{ingest.port}"
+    acme = await asyncio.to_thread(send, command_topics, command_id="not-globex")
+    owner = RawStream(target)
+    got = (await owner.next()).command  # delivered (known), not acknowledged
+    globex = RawStream(target, gateway="gw-b")
+    globex.outcome(acme.command_id, acme.device_id, CommandState.COMMAND_STATE_EXECUTED)
+    error = (await globex.next()).outcome_error
+    assert (error.command_id, error.reason) == ("not-globex", "COMMAND_NOT_YOURS")
+    assert "nothing was written" in error.message
+    globex.outcome("no-such-command", "globex-001", CommandState.COMMAND_STATE_EXECUTED)
+    assert (await globex.next()).outcome_error.reason == "UNKNOWN_COMMAND"
+    # One frame, two outcomes, each refused on its own.
+    owner.outcomes(
+        [
+            CommandStatus(
+                command_id=got.command_id,
+                device_id=got.device_id,
+                state=CommandState.COMMAND_STATE_DELIVERED,
+            ),
+            CommandStatus(
+                command_id=got.command_id,
+                device_id=got.device_id,
+                state=CommandState.COMMAND_STATE_EXECUTED,
+                result=b"x" * (300 * 1024),
+            ),
+        ]
+    )
+    assert (await owner.next()).outcome_error.reason == "NOT_AN_OUTCOME"
+    assert (await owner.next()).outcome_error.reason == "OUTCOME_TOO_LARGE"
+    # The owner's own outcome now: written after anything the refused frames could have
+    # written (one replica, one writer, one partition), so its history shows all.
+    owner.outcome(got.command_id, got.device_id, CommandState.COMMAND_STATE_REJECTED)
+    history = await wait_for_state(
+        command_topics, acme.command_id, CommandState.COMMAND_STATE_REJECTED
+    )
+    assert [(r.state, r.gateway_id) for r in history.records] == [
+        (CommandState.COMMAND_STATE_QUEUED, ""),
+        (CommandState.COMMAND_STATE_REJECTED, "gw-a"),
+    ]
+    assert "no-such-command" not in await asyncio.to_thread(
+        read_histories, command_topics.kafka, command_topics.status, 5
+    )
+    await globex.close()
+    await owner.close()
 
 
 async def test_unacked_commands_come_again_in_order_on_the_next_stream(

@@ -49,6 +49,60 @@ async def test_online_command_is_delivered_executed_and_reported(
     assert state_name(histories[nope.command_id].current.state) == "REJECTED"
 
 
+async def test_the_outcome_comes_on_the_stream_and_as_the_spooled_report(
+    command_topics, start_command_ingest, tmp_path
+):
+    # Two EXECUTED records: ingest's, written from the outcome the library sent on its
+    # command stream as the handler returned, and the relayed report (the durable one).
+    # Readers fold them: each state once.
+    ingest = await start_command_ingest()
+    async with running_gateway(f"127.0.0.1:{ingest.port}", tmp_path / "spool.db", Recorder()):
+        command = await asyncio.to_thread(send, command_topics, payload=b"7")
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            histories = await wait_for_states(command_topics, [command.command_id], {"EXECUTED"})
+            history = histories[command.command_id]
+            executed = [r for r in history.records if state_name(r.state) == "EXECUTED"]
+            if len(executed) == 2 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.3)
+    assert [(r.result, r.gateway_id, r.tenant) for r in executed] == [(b"ok:7", "gw-a", "acme")] * 2
+    assert history.states == ["QUEUED", "DELIVERED", "EXECUTED"]
+
+
+async def test_an_outcome_while_ingest_is_down_comes_through_the_spool(
+    command_topics, start_command_ingest, tmp_path
+):
+    # The handler returns while no ingest listens: no stream to send the outcome on; the
+    # spooled report carries it once ingest is back (on the same address).
+    from headwater.devstack.broker import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    ingest = await start_command_ingest(ingest={"listen_address": address})
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def slow(command: Command) -> bytes:
+        ran.append(command.command_id)
+        await release.wait()
+        return b"late"
+
+    async with running_gateway(address, tmp_path / "spool.db", slow):
+        command = await asyncio.to_thread(send, command_topics, command_id="while-down")
+        for _ in range(100):
+            if ran:
+                break
+            await asyncio.sleep(0.1)
+        assert ran == ["while-down"]
+        await ingest.stop(grace_s=0)
+        release.set()
+        await asyncio.sleep(1.0)  # the outcome is spooled, nothing listens
+        await start_command_ingest(ingest={"listen_address": address})
+        histories = await wait_for_states(command_topics, ["while-down"], {"EXECUTED"})
+    records = histories[command.command_id].records
+    assert [r.result for r in records if state_name(r.state) == "EXECUTED"] == [b"late"]
+
+
 async def test_offline_gateway_gets_every_command_in_order_when_it_connects(
     command_topics, start_command_ingest, tmp_path
 ):

@@ -194,17 +194,16 @@ async def test_a_report_that_overtakes_its_command_waits_for_the_book():
     assert relay._book.known(("acme", "d1", "c1"))
 
 
-def test_failed_delivered_writes_warn_once_per_interval(caplog, monkeypatch):
-    # A broker outage fails ingest's DELIVERED write for every acknowledged command:
+def test_failed_stream_status_writes_warn_once_per_interval(caplog, monkeypatch):
+    # A broker outage fails ingest's DELIVERED (and outcome) write for every command:
     # one warning with the count, not one per command.
     from headwater.ingest.commands import service
-    from headwater.ingest.commands.book import Entry
 
     monkeypatch.setattr(service, "_unwritten", {"count": 0, "logged_at": 0.0})
-    entry = Entry(command("c1"), ("acme", "d1", "c1"), 0, 0)
+    status = model.status_of(command("c1"), CommandState.COMMAND_STATE_DELIVERED)
     for _ in range(1000):
-        service._not_written(entry, RuntimeError("broker down"))
-    warnings = [r for r in caplog.records if "cannot write DELIVERED" in r.getMessage()]
+        service._not_written(status, RuntimeError("broker down"))
+    warnings = [r for r in caplog.records if "cannot write command statuses" in r.getMessage()]
     assert len(warnings) == 1
     assert service._unwritten["count"] == 999
 
@@ -221,3 +220,30 @@ def test_history_shows_each_state_once_in_the_order_of_a_commands_life():
     assert history.states == ["QUEUED", "DELIVERED", "EXECUTED"]
     assert len(history.records) == 4
     assert history.current.state == S.COMMAND_STATE_EXECUTED
+
+
+async def test_outcomes_queued_before_their_frame_goes_out_share_it(tmp_path):
+    # A frame per outcome cost more than the outcomes at 1,000 commands/s: outcomes that
+    # end while their frame waits in the stream's queue join it, up to 500 a frame.
+    from headwater.gateway import GatewayConfig, Spool
+    from headwater.gateway.commands import CommandReceiver
+
+    async def handle(_command: Command) -> bytes:
+        return b""
+
+    with Spool(tmp_path / "spool.db") as spool:
+        receiver = CommandReceiver(
+            spool, None, GatewayConfig(target="127.0.0.1:1"), handle, lambda: None
+        )
+        done = model.status_of(command("c0"), CommandState.COMMAND_STATE_EXECUTED)
+        receiver._send_outcome(done)  # no stream open: nothing queued, the report carries it
+        frames: asyncio.Queue = asyncio.Queue()
+        receiver._frames = frames
+        for i in range(501):
+            receiver._send_outcome(
+                model.status_of(command(f"c{i}"), CommandState.COMMAND_STATE_EXECUTED)
+            )
+        first, second = frames.get_nowait(), frames.get_nowait()
+        assert frames.empty()
+        assert len(first.outcomes.statuses) == 500 and len(second.outcomes.statuses) == 1
+        assert second.outcomes.statuses[0].command_id == "c500"

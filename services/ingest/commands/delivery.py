@@ -6,6 +6,13 @@ commands go out in log order on one stream; a stream that ends with commands una
 leaves them in the book, and the next stream (on any replica) sends them again, first.
 So: per-device order, at least once; the gateway stores a command id once.
 
+Outcomes: the gateway also says on the stream how each command ended (EXECUTED, FAILED,
+REJECTED, EXPIRED), as its handler returns. Checked like an acknowledgement (its device
+bound to the gateway, a command the book knows), it is written to command-status.v1 by
+this replica with the tenant and gateway authenticated here. Its durable copy, the
+gateway's spooled report, still comes through the relay: the stream copy only makes the
+state visible a produce after the handler returns instead of after the report's trip.
+
 Flow control: at most ``max_unacked`` commands are out on a stream; the next one waits
 for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open command
 streams, and a command stream holds one of the replica's stream slots like a publishing
@@ -33,9 +40,10 @@ from headwater.ingest.errors import (
     OverloadedError,
     UnauthenticatedError,
 )
+from headwater.ingest.settings import CONTRACT_MAX_PAYLOAD_BYTES
 from headwater.ingest.status import to_rpc_status
 from headwater.proto.commands.v1.command_pb2 import Command
-from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
 
 from .book import CommandBook, CommandKey, DeviceKey, Entry
@@ -79,6 +87,7 @@ class CommandDelivery:
         authenticator: Authenticator,
         caught_up: asyncio.Event,
         on_delivered: Callable[[Entry, str], None],
+        on_outcome: Callable[[CommandStatus, str], None],
         stream_slot: Callable[[Gateway], AbstractContextManager[None]] | None = None,
     ) -> None:
         self._settings = settings
@@ -89,6 +98,8 @@ class CommandDelivery:
         self._auth = authenticator
         self._caught_up = caught_up
         self._on_delivered = on_delivered
+        #: Called with (the outcome, "") to write it, or (the outcome, why it was refused).
+        self._on_outcome = on_outcome
         self._streams: dict[str, set[CommandStream]] = {}
         book.on_added = self._added
 
@@ -228,11 +239,19 @@ class CommandDelivery:
         answers: asyncio.Queue[api.ReceiveCommandsResponse],
     ) -> None:
         async for request in requests:
-            if request.WhichOneof("frame") != "ack":
-                continue  # a second "open" changes nothing
-            error = self._ack(stream, request.ack)
-            if error is not None:
-                answers.put_nowait(api.ReceiveCommandsResponse(ack_error=error))
+            frame = request.WhichOneof("frame")
+            errors: list[api.ReceiveCommandsResponse] = []
+            if frame == "ack":
+                if error := self._ack(stream, request.ack):
+                    errors.append(api.ReceiveCommandsResponse(ack_error=error))
+            elif frame == "outcomes":
+                for status in request.outcomes.statuses:
+                    if error := self._outcome(stream, status):
+                        errors.append(api.ReceiveCommandsResponse(outcome_error=error))
+            # (a second "open" changes nothing)
+            if errors:
+                for answer in errors:
+                    answers.put_nowait(answer)
                 stream.wake.set()
 
     def _ack(self, stream: CommandStream, ack: api.CommandAck) -> api.CommandAckError | None:
@@ -240,27 +259,67 @@ class CommandDelivery:
         key = (gateway.tenant, ack.device_id, ack.command_id)
         if stream.unacked.pop(key, None) is not None:
             stream.window.release()
-        elif not gateway.may_speak_for(ack.device_id):
-            log.warning(
-                "a gateway acknowledged a command of a device not bound to it",
-                extra={"gateway": gateway.gateway_id, "device_id": ack.device_id},
-            )
-            return api.CommandAckError(
-                command_id=ack.command_id,
-                reason="COMMAND_NOT_YOURS",
-                message=f"device {ack.device_id!r} is not bound to gateway "
-                f"{gateway.gateway_id!r} (tenant {gateway.tenant!r}); nothing was acknowledged",
-            )
-        elif not self._book.known(key):
-            return api.CommandAckError(
-                command_id=ack.command_id,
-                reason="UNKNOWN_COMMAND",
-                message=f"no command {ack.command_id!r} for device {ack.device_id!r} of "
-                f"tenant {gateway.tenant!r}; nothing was acknowledged",
-            )
+        elif error := self._not_its(gateway, key, "ack"):
+            return error
         entry = self._book.finish(key, CommandState.COMMAND_STATE_DELIVERED)
         if entry is not None:
             self._on_delivered(entry, gateway.gateway_id)
+        return None
+
+    def _outcome(self, stream: CommandStream, status: CommandStatus) -> api.CommandAckError | None:
+        """Check an outcome sent on the stream and hand it over to be written."""
+        gateway = stream.gateway
+        key = (gateway.tenant, status.device_id, status.command_id)
+        error = self._not_its(gateway, key, "outcome")
+        if error is None and status.state not in model.FINAL_STATES:
+            error = api.CommandAckError(
+                command_id=status.command_id,
+                reason="NOT_AN_OUTCOME",
+                message=f"state {model.state_name(status.state)} does not end a command "
+                "(EXECUTED, FAILED, REJECTED or EXPIRED do); nothing was written",
+            )
+        if error is None and status.ByteSize() > CONTRACT_MAX_PAYLOAD_BYTES:
+            # As large as a report on the command-status endpoint may be, and no larger.
+            error = api.CommandAckError(
+                command_id=status.command_id,
+                reason="OUTCOME_TOO_LARGE",
+                message=f"the outcome has {status.ByteSize()} bytes, over "
+                f"{CONTRACT_MAX_PAYLOAD_BYTES}: return a reference to large results; "
+                "nothing was written",
+            )
+        if error is not None:
+            self._on_outcome(status, error.reason)
+            return error
+        # Who reported it is who authenticated, never what the frame says (as the relay).
+        status.tenant, status.gateway_id = gateway.tenant, gateway.gateway_id
+        # Finished: not delivered again, even if the outcome overtook its own ack.
+        self._book.apply(status)
+        self._on_outcome(status, "")
+        return None
+
+    def _not_its(self, gateway: Gateway, key: CommandKey, frame: str) -> api.CommandAckError | None:
+        """Refuse a frame (an ack, an outcome) about a command not the gateway's, or unknown."""
+        _, device_id, command_id = key
+        what = "acknowledged" if frame == "ack" else "written"
+        if not gateway.may_speak_for(device_id):
+            log.warning(
+                "a gateway sent an %s for a command of a device not bound to it",
+                frame,
+                extra={"gateway": gateway.gateway_id, "device_id": device_id},
+            )
+            return api.CommandAckError(
+                command_id=command_id,
+                reason="COMMAND_NOT_YOURS",
+                message=f"device {device_id!r} is not bound to gateway "
+                f"{gateway.gateway_id!r} (tenant {gateway.tenant!r}); nothing was {what}",
+            )
+        if not self._book.known(key):
+            return api.CommandAckError(
+                command_id=command_id,
+                reason="UNKNOWN_COMMAND",
+                message=f"no command {command_id!r} for device {device_id!r} of "
+                f"tenant {gateway.tenant!r}; nothing was {what}",
+            )
         return None
 
 

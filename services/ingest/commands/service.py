@@ -41,7 +41,8 @@ class CommandMetrics:
 
     Prometheus: headwater_ingest_commands_queued_total, headwater_ingest_commands_delivered_total,
     headwater_ingest_commands_expired_total, headwater_ingest_commands_duplicate_total,
-    headwater_ingest_command_reports_total, headwater_ingest_command_delivery_duration_seconds,
+    headwater_ingest_command_reports_total, headwater_ingest_command_outcomes_total,
+    headwater_ingest_command_delivery_duration_seconds,
     headwater_ingest_commands_waiting, headwater_ingest_command_streams.
     """
 
@@ -70,6 +71,13 @@ class CommandMetrics:
             "headwater.ingest.command.reports",
             unit="{report}",
             description="Gateway reports relayed (reason empty) or dropped (reason set)",
+        )
+        # Not counted with the reports: a command's outcome usually comes both ways (the
+        # stream's fast copy, the spool's durable one); each counter counts it once.
+        self.outcomes = meter.create_counter(
+            "headwater.ingest.command.outcomes",
+            unit="{outcome}",
+            description="Outcomes sent on command streams: written (reason empty) or refused",
         )
         self.delivery_duration = meter.create_histogram(
             "headwater.ingest.command.delivery.duration",
@@ -117,6 +125,7 @@ class CommandService:
             authenticator,
             self.feed.caught_up,
             self._delivered,
+            self._outcome,
             stream_slot,
         )
         self.metrics = CommandMetrics(meter, self.book, self.delivery)
@@ -131,9 +140,10 @@ class CommandService:
             self._relayed,
         )
         self._tasks: list[asyncio.Task[None]] = []
-        #: Acknowledged commands whose DELIVERED this replica is to write, and its wake-up.
-        self._acked: list[tuple[Entry, str]] = []
-        self._acked_wake = asyncio.Event()
+        #: Statuses this replica writes from its streams (DELIVERED on an ack, outcomes),
+        #: and their wake-up.
+        self._to_write: list[CommandStatus] = []
+        self._to_write_wake = asyncio.Event()
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
         """The ReceiveCommands handler."""
@@ -147,7 +157,7 @@ class CommandService:
             asyncio.create_task(_again(self.feed.run, "feed")),
             asyncio.create_task(_again(self.relay.run, "relay")),
             asyncio.create_task(_logged(self._expire_forever(), "expiry")),
-            asyncio.create_task(_logged(self._write_delivered_forever(), "delivered")),
+            asyncio.create_task(_logged(self._write_statuses_forever(), "stream statuses")),
         ]
 
     async def stop(self) -> None:
@@ -164,38 +174,49 @@ class CommandService:
     def _delivered(self, entry: Entry, gateway_id: str) -> None:
         self.metrics.delivered.add(1)
         self.metrics.delivery_duration.record(max(0.0, (model.now_ms() - entry.created_ms) / 1000))
-        self._acked.append((entry, gateway_id))
-        self._acked_wake.set()
+        self._write(
+            model.status_of(
+                entry.command, CommandState.COMMAND_STATE_DELIVERED, gateway_id=gateway_id
+            )
+        )
 
-    async def _write_delivered_forever(self) -> None:
-        """Write DELIVERED for each command its gateway acknowledged on this replica.
+    def _outcome(self, status: CommandStatus, reason: str) -> None:
+        self.metrics.outcomes.add(1, {"state": model.state_name(status.state), "reason": reason})
+        if not reason:
+            self._write(status)
 
-        The acknowledgement says the command is in the gateway's spool, which is what
-        DELIVERED means; written here it is on the topic a Kafka round trip after the ack
-        instead of after the gateway's own report has gone through its sender, ingest and
-        the relay (two more round trips: the DELIVERED p99 of the benchmark). The gateway
-        still reports DELIVERED: that report is the durable one (this write is lost if
-        the replica dies first), so a reader sees DELIVERED once or twice.
+    def _write(self, status: CommandStatus) -> None:
+        self._to_write.append(status)
+        self._to_write_wake.set()
+
+    async def _write_statuses_forever(self) -> None:
+        """Write the statuses this replica learnt on its streams, as soon as it learnt them.
+
+        DELIVERED when a gateway acknowledges (the command is in its spool: what DELIVERED
+        means) and the outcome when a gateway sends it (its handler returned). Written
+        here, each is on the topic a produce after the gateway said so, instead of after
+        the gateway's own report has gone through its spooled sender, ingest's reports
+        topic and the relay (the DELIVERED and EXECUTED p99 of the benchmark). The gateway
+        still reports both: those reports are the durable copies (a write here is lost if
+        the replica dies first, and a gateway whose stream is down sends no outcome on
+        it), so a reader sees a state once or twice and folds repeats.
         """
         while True:
-            await self._acked_wake.wait()
-            self._acked_wake.clear()
-            acked, self._acked = self._acked, []
-            for entry, gateway_id in acked:
-                status = model.status_of(
-                    entry.command, CommandState.COMMAND_STATE_DELIVERED, gateway_id=gateway_id
-                )
+            await self._to_write_wake.wait()
+            self._to_write_wake.clear()
+            statuses, self._to_write = self._to_write, []
+            for status in statuses:
                 try:
                     written = await self._writer.send(
                         self._status_topic,
-                        model.command_key(entry.command),
+                        model.command_key(status),
                         status.SerializeToString(),
                         [],
                     )
                 except Exception as exc:  # the gateway's own report follows
-                    _not_written(entry, exc)
+                    _not_written(status, exc)
                     continue
-                written.add_done_callback(functools.partial(_check_written, entry))
+                written.add_done_callback(functools.partial(_check_written, status))
 
     def _relayed(self, status: CommandStatus | None, reason: str) -> None:
         state = model.state_name(status.state) if status is not None else ""
@@ -235,26 +256,27 @@ class CommandService:
             await asyncio.sleep(self.settings.expiry_check_seconds)
 
 
-def _check_written(entry: Entry, written: asyncio.Future[Any]) -> None:
+def _check_written(status: CommandStatus, written: asyncio.Future[Any]) -> None:
     if not written.cancelled() and written.exception() is not None:
-        _not_written(entry, written.exception())
+        _not_written(status, written.exception())
 
 
-#: Failed DELIVERED writes not logged yet, and when the last warning was logged.
+#: Failed writes of stream statuses not logged yet, and when the last warning was logged.
 _unwritten = {"count": 0, "logged_at": 0.0}
 #: A broker outage fails every write: one warning (with the count) this often at most.
 _UNWRITTEN_LOG_EVERY_S = 10.0
 
 
-def _not_written(entry: Entry, exc: BaseException | None) -> None:
+def _not_written(status: CommandStatus, exc: BaseException | None) -> None:
     _unwritten["count"] += 1
     now = time.monotonic()
     if now - _unwritten["logged_at"] < _UNWRITTEN_LOG_EVERY_S:
         return
     log.warning(
-        "cannot write DELIVERED for acknowledged commands; the gateways' reports will",
+        "cannot write command statuses learnt on streams; the gateways' reports will",
         extra={
-            "command_id": entry.command.command_id,
+            "command_id": status.command_id,
+            "state": model.state_name(status.state),
             "error": repr(exc),
             "failed_since_last_warning": _unwritten["count"],
         },

@@ -9,9 +9,11 @@ open loop at ``--rate`` per second, round robin over the devices, for ``--second
 Measured per command, from its ``created_time`` (set as it is written):
 
 - stored: the gateway's spool has it (what the gateway acknowledges right after);
-- DELIVERED written: the broker timestamp of its DELIVERED record on command-status.v1
-  (through the gateway's report sender, ingest and the relay);
-- EXECUTED written: the same for EXECUTED.
+- DELIVERED written: the broker timestamp of its first DELIVERED record on
+  command-status.v1 (ingest's, written at the gateway's acknowledgement; the gateway's
+  report through its sender, ingest and the relay comes later);
+- EXECUTED written: the same for EXECUTED (ingest's, written from the outcome the
+  gateway sends on its command stream as the handler returns; the report comes later).
 
 Then the cost of "every replica reads every command": a fresh command book is filled
 from the run's topics (catch-up time, records per second) and a book of one waiting

@@ -10,6 +10,11 @@ error, REJECTED, or EXPIRED when it is past its expiry before it runs) together 
 marking it done. Reports are ordinary messages on the ``command-status`` endpoint: the
 client's sender delivers them like telemetry, across restarts and outages.
 
+The outcome also goes on the command stream, if one is open, as the handler returns:
+ingest writes it at once, where the spooled report arrives only after the sender's
+batching, ingest's reports topic and its relay. That copy is best effort (lost with the
+stream); the spooled report is the durable one, so EXECUTED may be written twice.
+
 A command whose handler was running when the process died runs again after the restart
 (it was not marked done), and so do the ones that finished in the last 50 ms before it
 (outcomes are written together): handlers should be idempotent, or check the command id.
@@ -32,7 +37,7 @@ from headwater.gateway.config import GatewayConfig
 from headwater.gateway.records import NewMessage
 from headwater.gateway.spool import Spool
 from headwater.proto.commands.v1.command_pb2 import Command
-from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,10 @@ log = logging.getLogger(__name__)
 _STORE_BATCH = 200
 #: Outcomes of commands are written together at least this often (seconds).
 _FINISH_EVERY_S = 0.05
+#: Outcomes in one stream frame at most, and bytes after which the next one starts (well
+#: under the server's 4 MiB request limit, an outcome being 256 KiB at most).
+_OUTCOMES_PER_FRAME = 500
+_OUTCOME_FRAME_BYTES = 1024 * 1024
 
 #: What a gateway provides: run one command, return its result (bytes, or None).
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
@@ -74,6 +83,13 @@ class CommandReceiver:
         self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
         self._work = asyncio.Event()
         self._work.set()  # commands left waiting by the last run
+        #: The open command stream's outgoing frames; None while there is none.
+        self._frames: asyncio.Queue[api.ReceiveCommandsRequest | None] | None = None
+        #: The outcomes frame queued and not yet sent, which later outcomes join, and its
+        #: size: a frame per outcome cost more than the outcomes (gRPC's per-message work
+        #: in the gateway and in ingest) when commands end faster than frames go out.
+        self._outcomes_frame: api.ReceiveCommandsRequest | None = None
+        self._outcomes_bytes = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive and run until ``stop`` is set."""
@@ -114,8 +130,11 @@ class CommandReceiver:
 
         async def requests():  # type: ignore[no-untyped-def]
             while (request := await acks.get()) is not None:
+                if request is self._outcomes_frame:
+                    self._outcomes_frame = None  # going out: later outcomes start another
                 yield request
 
+        self._frames = acks
         call = self._channel.stream_stream(
             f"/{SERVICE_NAME}/ReceiveCommands",
             request_serializer=api.ReceiveCommandsRequest.SerializeToString,
@@ -150,27 +169,34 @@ class CommandReceiver:
             if not stop.is_set():
                 raise
         finally:
+            self._frames = self._outcomes_frame = None
             call.cancel()  # a refused store ends this stream too: unacked commands come again
             reader.cancel()
             stopper.cancel()
             acks.put_nowait(None)
 
     async def _read(self, call: object, received: asyncio.Queue[Command | None]) -> None:
-        """Hand the stream's commands over; log refused acknowledgements; None at the end."""
+        """Hand the stream's commands over; log refused frames; None at the end."""
         try:
             async for response in call:  # type: ignore[attr-defined]
-                if response.WhichOneof("frame") == "ack_error":
-                    err = response.ack_error
-                    log.error(
-                        "ingest refused a command acknowledgement",
-                        extra={
-                            "command_id": err.command_id,
-                            "reason": err.reason,
-                            "detail": err.message,
-                        },
-                    )
+                frame = response.WhichOneof("frame")
+                if frame == "command":
+                    received.put_nowait(response.command)
                     continue
-                received.put_nowait(response.command)
+                if frame not in ("ack_error", "outcome_error"):
+                    continue  # a frame of a newer server: nothing to do with it
+                err = getattr(response, frame)
+                log.log(
+                    # An outcome refused on the stream still goes as the spooled report.
+                    logging.ERROR if frame == "ack_error" else logging.WARNING,
+                    "ingest refused a command %s",
+                    "acknowledgement" if frame == "ack_error" else "outcome on the stream",
+                    extra={
+                        "command_id": err.command_id,
+                        "reason": err.reason,
+                        "detail": err.message,
+                    },
+                )
         finally:
             received.put_nowait(None)
 
@@ -195,7 +221,8 @@ class CommandReceiver:
                     (command.device_id, command.command_id, command.SerializeToString(), now),
                 )
                 if cursor.rowcount == 1:
-                    reports.append(_report(command, CommandState.COMMAND_STATE_DELIVERED))
+                    delivered = model.status_of(command, CommandState.COMMAND_STATE_DELIVERED)
+                    reports.append(_report(delivered))
             return reports
 
         enqueued = self._spool.enqueue_if(COMMAND_STATUS, insert, len(commands))
@@ -234,7 +261,7 @@ class CommandReceiver:
         return [(int(seq), Command.FromString(bytes(env))) for seq, env in rows]  # type: ignore[call-overload,arg-type]
 
     async def _outcome(self, command: Command) -> NewMessage:
-        """Run one command (unless expired); return its report."""
+        """Run one command (unless expired); send its outcome on the stream; return its report."""
         result = b""
         reason = ""
         if model.expired(command):
@@ -258,7 +285,25 @@ class CommandReceiver:
                 "reason": reason,
             },
         )
-        return _report(command, state, reason, result)
+        status = model.status_of(command, state, reason=reason[:1024], result=result)
+        self._send_outcome(status)
+        return _report(status)
+
+    def _send_outcome(self, status: CommandStatus) -> None:
+        """Queue an outcome on the command stream, if one is open (best effort)."""
+        if self._frames is None:
+            return  # the spooled report alone carries it
+        frame = self._outcomes_frame
+        if (
+            frame is None
+            or len(frame.outcomes.statuses) >= _OUTCOMES_PER_FRAME
+            or self._outcomes_bytes >= _OUTCOME_FRAME_BYTES
+        ):
+            frame = self._outcomes_frame = api.ReceiveCommandsRequest()
+            self._outcomes_bytes = 0
+            self._frames.put_nowait(frame)
+        frame.outcomes.statuses.append(status)
+        self._outcomes_bytes += status.ByteSize()
 
     async def _finish_until_written(
         self, finished: list[tuple[int, NewMessage]], stop: asyncio.Event
@@ -296,10 +341,9 @@ class CommandReceiver:
         self._wake_sender()
 
 
-def _report(command: Command, state: int, reason: str = "", result: bytes = b"") -> NewMessage:
+def _report(status: CommandStatus) -> NewMessage:
     """A command status report as a device message of the command's device."""
-    status = model.status_of(command, state, reason=reason[:1024], result=result)
-    return NewMessage(command.device_id, COMMAND_STATUS_CONTENT_TYPE, status.SerializeToString())
+    return NewMessage(status.device_id, COMMAND_STATUS_CONTENT_TYPE, status.SerializeToString())
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

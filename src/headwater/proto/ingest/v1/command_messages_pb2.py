@@ -24,12 +24,13 @@ _sym_db = _symbol_database.Default()
 
 
 from headwater.proto.commands.v1 import command_pb2 as headwater_dot_commands_dot_v1_dot_command__pb2
+from headwater.proto.commands.v1 import command_status_pb2 as headwater_dot_commands_dot_v1_dot_command__status__pb2
 from headwater.proto.device.v1 import device_message_pb2 as headwater_dot_device_dot_v1_dot_device__message__pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as headwater_dot_ingest_dot_v1_dot_ingest__messages__pb2
 from headwater.proto.options.v1 import field_rules_pb2 as headwater_dot_options_dot_v1_dot_field__rules__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*headwater/ingest/v1/command_messages.proto\x12\x13headwater.ingest.v1\x1a#headwater/commands/v1/command.proto\x1a(headwater/device/v1/device_message.proto\x1a)headwater/ingest/v1/ingest_messages.proto\x1a&headwater/options/v1/field_rules.proto\"^\n\x1bPublishCommandStatusRequest\x12?\n\x08messages\x18\x01 \x03(\x0b\x32\".headwater.device.v1.DeviceMessageB\t\xc2\xa5\x19\x05(\xf4\x03@\x01\"S\n\x1cPublishCommandStatusResponse\x12\x33\n\x07results\x18\x01 \x03(\x0b\x32\".headwater.ingest.v1.MessageResult\"o\n\x1aStreamCommandStatusRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x04\x12?\n\x08messages\x18\x02 \x03(\x0b\x32\".headwater.device.v1.DeviceMessageB\t\xc2\xa5\x19\x05(\xf4\x03@\x01\"d\n\x1bStreamCommandStatusResponse\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x04\x12\x33\n\x07results\x18\x02 \x03(\x0b\x32\".headwater.ingest.v1.MessageResult\"\x89\x01\n\x16ReceiveCommandsRequest\x12\x36\n\x04open\x18\x01 \x01(\x0b\x32&.headwater.ingest.v1.OpenCommandStreamH\x00\x12.\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x1f.headwater.ingest.v1.CommandAckH\x00\x42\x07\n\x05\x66rame\"(\n\x11OpenCommandStream\x12\x13\n\x0bmax_unacked\x18\x01 \x01(\r\"3\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\"\x90\x01\n\x17ReceiveCommandsResponse\x12\x31\n\x07\x63ommand\x18\x01 \x01(\x0b\x32\x1e.headwater.commands.v1.CommandH\x00\x12\x39\n\tack_error\x18\x02 \x01(\x0b\x32$.headwater.ingest.v1.CommandAckErrorH\x00\x42\x07\n\x05\x66rame\"F\n\x0f\x43ommandAckError\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*headwater/ingest/v1/command_messages.proto\x12\x13headwater.ingest.v1\x1a#headwater/commands/v1/command.proto\x1a*headwater/commands/v1/command_status.proto\x1a(headwater/device/v1/device_message.proto\x1a)headwater/ingest/v1/ingest_messages.proto\x1a&headwater/options/v1/field_rules.proto\"^\n\x1bPublishCommandStatusRequest\x12?\n\x08messages\x18\x01 \x03(\x0b\x32\".headwater.device.v1.DeviceMessageB\t\xc2\xa5\x19\x05(\xf4\x03@\x01\"S\n\x1cPublishCommandStatusResponse\x12\x33\n\x07results\x18\x01 \x03(\x0b\x32\".headwater.ingest.v1.MessageResult\"o\n\x1aStreamCommandStatusRequest\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x04\x12?\n\x08messages\x18\x02 \x03(\x0b\x32\".headwater.device.v1.DeviceMessageB\t\xc2\xa5\x19\x05(\xf4\x03@\x01\"d\n\x1bStreamCommandStatusResponse\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x04\x12\x33\n\x07results\x18\x02 \x03(\x0b\x32\".headwater.ingest.v1.MessageResult\"\xc3\x01\n\x16ReceiveCommandsRequest\x12\x36\n\x04open\x18\x01 \x01(\x0b\x32&.headwater.ingest.v1.OpenCommandStreamH\x00\x12.\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x1f.headwater.ingest.v1.CommandAckH\x00\x12\x38\n\x08outcomes\x18\x03 \x01(\x0b\x32$.headwater.ingest.v1.CommandOutcomesH\x00\x42\x07\n\x05\x66rame\"T\n\x0f\x43ommandOutcomes\x12\x41\n\x08statuses\x18\x01 \x03(\x0b\x32$.headwater.commands.v1.CommandStatusB\t\xc2\xa5\x19\x05(\xf4\x03@\x01\"(\n\x11OpenCommandStream\x12\x13\n\x0bmax_unacked\x18\x01 \x01(\r\"3\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\t\"\xcf\x01\n\x17ReceiveCommandsResponse\x12\x31\n\x07\x63ommand\x18\x01 \x01(\x0b\x32\x1e.headwater.commands.v1.CommandH\x00\x12\x39\n\tack_error\x18\x02 \x01(\x0b\x32$.headwater.ingest.v1.CommandAckErrorH\x00\x12=\n\routcome_error\x18\x03 \x01(\x0b\x32$.headwater.ingest.v1.CommandAckErrorH\x00\x42\x07\n\x05\x66rame\"F\n\x0f\x43ommandAckError\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,22 +41,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUBLISHCOMMANDSTATUSREQUEST'].fields_by_name['messages']._serialized_options = b'\302\245\031\005(\364\003@\001'
   _globals['_STREAMCOMMANDSTATUSREQUEST'].fields_by_name['messages']._loaded_options = None
   _globals['_STREAMCOMMANDSTATUSREQUEST'].fields_by_name['messages']._serialized_options = b'\302\245\031\005(\364\003@\001'
-  _globals['_PUBLISHCOMMANDSTATUSREQUEST']._serialized_start=229
-  _globals['_PUBLISHCOMMANDSTATUSREQUEST']._serialized_end=323
-  _globals['_PUBLISHCOMMANDSTATUSRESPONSE']._serialized_start=325
-  _globals['_PUBLISHCOMMANDSTATUSRESPONSE']._serialized_end=408
-  _globals['_STREAMCOMMANDSTATUSREQUEST']._serialized_start=410
-  _globals['_STREAMCOMMANDSTATUSREQUEST']._serialized_end=521
-  _globals['_STREAMCOMMANDSTATUSRESPONSE']._serialized_start=523
-  _globals['_STREAMCOMMANDSTATUSRESPONSE']._serialized_end=623
-  _globals['_RECEIVECOMMANDSREQUEST']._serialized_start=626
-  _globals['_RECEIVECOMMANDSREQUEST']._serialized_end=763
-  _globals['_OPENCOMMANDSTREAM']._serialized_start=765
-  _globals['_OPENCOMMANDSTREAM']._serialized_end=805
-  _globals['_COMMANDACK']._serialized_start=807
-  _globals['_COMMANDACK']._serialized_end=858
-  _globals['_RECEIVECOMMANDSRESPONSE']._serialized_start=861
-  _globals['_RECEIVECOMMANDSRESPONSE']._serialized_end=1005
-  _globals['_COMMANDACKERROR']._serialized_start=1007
-  _globals['_COMMANDACKERROR']._serialized_end=1077
+  _globals['_COMMANDOUTCOMES'].fields_by_name['statuses']._loaded_options = None
+  _globals['_COMMANDOUTCOMES'].fields_by_name['statuses']._serialized_options = b'\302\245\031\005(\364\003@\001'
+  _globals['_PUBLISHCOMMANDSTATUSREQUEST']._serialized_start=273
+  _globals['_PUBLISHCOMMANDSTATUSREQUEST']._serialized_end=367
+  _globals['_PUBLISHCOMMANDSTATUSRESPONSE']._serialized_start=369
+  _globals['_PUBLISHCOMMANDSTATUSRESPONSE']._serialized_end=452
+  _globals['_STREAMCOMMANDSTATUSREQUEST']._serialized_start=454
+  _globals['_STREAMCOMMANDSTATUSREQUEST']._serialized_end=565
+  _globals['_STREAMCOMMANDSTATUSRESPONSE']._serialized_start=567
+  _globals['_STREAMCOMMANDSTATUSRESPONSE']._serialized_end=667
+  _globals['_RECEIVECOMMANDSREQUEST']._serialized_start=670
+  _globals['_RECEIVECOMMANDSREQUEST']._serialized_end=865
+  _globals['_COMMANDOUTCOMES']._serialized_start=867
+  _globals['_COMMANDOUTCOMES']._serialized_end=951
+  _globals['_OPENCOMMANDSTREAM']._serialized_start=953
+  _globals['_OPENCOMMANDSTREAM']._serialized_end=993
+  _globals['_COMMANDACK']._serialized_start=995
+  _globals['_COMMANDACK']._serialized_end=1046
+  _globals['_RECEIVECOMMANDSRESPONSE']._serialized_start=1049
+  _globals['_RECEIVECOMMANDSRESPONSE']._serialized_end=1256
+  _globals['_COMMANDACKERROR']._serialized_start=1258
+  _globals['_COMMANDACKERROR']._serialized_end=1328
 # @@protoc_insertion_point(module_scope)
