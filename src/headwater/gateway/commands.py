@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 _STORE_BATCH = 200
 #: Outcomes of commands are written together at least this often (seconds).
 _FINISH_EVERY_S = 0.05
-#: Outcomes in one stream frame at most, and bytes after which the next one starts (well
-#: under the server's 4 MiB request limit, an outcome being 256 KiB at most).
-_OUTCOMES_PER_FRAME = 500
-_OUTCOME_FRAME_BYTES = 1024 * 1024
 
 #: What a gateway provides: run one command, return its result (bytes, or None).
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
@@ -85,11 +81,6 @@ class CommandReceiver:
         self._work.set()  # commands left waiting by the last run
         #: The open command stream's outgoing frames; None while there is none.
         self._frames: asyncio.Queue[api.ReceiveCommandsRequest | None] | None = None
-        #: The outcomes frame queued and not yet sent, which later outcomes join, and its
-        #: size: a frame per outcome cost more than the outcomes (gRPC's per-message work
-        #: in the gateway and in ingest) when commands end faster than frames go out.
-        self._outcomes_frame: api.ReceiveCommandsRequest | None = None
-        self._outcomes_bytes = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive and run until ``stop`` is set."""
@@ -130,8 +121,6 @@ class CommandReceiver:
 
         async def requests():  # type: ignore[no-untyped-def]
             while (request := await acks.get()) is not None:
-                if request is self._outcomes_frame:
-                    self._outcomes_frame = None  # going out: later outcomes start another
                 yield request
 
         self._frames = acks
@@ -169,7 +158,7 @@ class CommandReceiver:
             if not stop.is_set():
                 raise
         finally:
-            self._frames = self._outcomes_frame = None
+            self._frames = None
             call.cancel()  # a refused store ends this stream too: unacked commands come again
             reader.cancel()
             stopper.cancel()
@@ -291,19 +280,10 @@ class CommandReceiver:
 
     def _send_outcome(self, status: CommandStatus) -> None:
         """Queue an outcome on the command stream, if one is open (best effort)."""
-        if self._frames is None:
-            return  # the spooled report alone carries it
-        frame = self._outcomes_frame
-        if (
-            frame is None
-            or len(frame.outcomes.statuses) >= _OUTCOMES_PER_FRAME
-            or self._outcomes_bytes >= _OUTCOME_FRAME_BYTES
-        ):
-            frame = self._outcomes_frame = api.ReceiveCommandsRequest()
-            self._outcomes_bytes = 0
+        if self._frames is not None:  # else the spooled report alone carries it
+            frame = api.ReceiveCommandsRequest()
+            frame.outcomes.statuses.append(status)
             self._frames.put_nowait(frame)
-        frame.outcomes.statuses.append(status)
-        self._outcomes_bytes += status.ByteSize()
 
     async def _finish_until_written(
         self, finished: list[tuple[int, NewMessage]], stop: asyncio.Event
