@@ -42,6 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmds.add_argument("--devices", type=int, default=1000, help="devices, round robin")
     cmds.add_argument("--gateways", type=int, default=10, help="gateways sharing the devices")
     cmds.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    cmds.add_argument(
+        "--offline-seconds",
+        type=float,
+        default=0.0,
+        help="then write commands this long with no gateway connected (every fifth expiring "
+        "meanwhile), reconnect the gateways and check order, expiry and loss (0: skip)",
+    )
+    cmds.add_argument(
+        "--offline-rate", type=float, default=10.0, help="commands per second while away"
+    )
     cmds.set_defaults(func=_commands)
     ingest = commands.add_parser(
         "ingest",

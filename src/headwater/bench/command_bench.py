@@ -15,6 +15,8 @@ Measured per command, from its ``created_time`` (set as it is written):
 - EXECUTED written: the same for EXECUTED (ingest's, written from the outcome the
   gateway sends on its command stream as the handler returns; the report comes later).
 
+With ``--offline-seconds``, then the gateways go away and come back (``command_offline``).
+
 Then the cost of "every replica reads every command": a fresh command book is filled
 from the run's topics (catch-up time, records per second) and a book of one waiting
 command for each of 10,000 devices is measured (memory).
@@ -35,10 +37,11 @@ import tempfile
 import time
 import tracemalloc
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from headwater.bench import server_proc
+from headwater.bench import command_offline, server_proc
 from headwater.bench.loadgen import percentile_ms
 from headwater.bench.report import machine
 from headwater.devstack import processes, seeding
@@ -85,10 +88,20 @@ def _start_ingest(
         )
 
 
-def _write_commands(
-    kafka: KafkaSettings, topic: str, devices: list[str], rate: float, seconds: float
+def write_commands(
+    kafka: KafkaSettings,
+    topic: str,
+    devices: list[str],
+    rate: float,
+    seconds: float,
+    ttl_ms: Callable[[int], int] = lambda _n: 600_000,
+    id_prefix: str = "b",
 ) -> list[str]:
-    """Write commands open loop at ``rate``/s; return their ids in order."""
+    """Write commands open loop at ``rate``/s, round robin; return their ids in order.
+
+    Command ``n`` is ``<id_prefix><n>``, to device ``devices[n % len(devices)]``, and
+    expires ``ttl_ms(n)`` after it is written.
+    """
     from confluent_kafka import Producer
 
     producer = Producer(kafka.producer_config("headwater-bench-commands") | {"linger.ms": 5})
@@ -103,10 +116,14 @@ def _write_commands(
         now_ms = int(time.time() * 1000)
         device = devices[n % len(devices)]
         command = Command(
-            command_id=f"b{n}", tenant=TENANT, device_id=device, name="noop", payload=b"{}"
+            command_id=f"{id_prefix}{n}",
+            tenant=TENANT,
+            device_id=device,
+            name="noop",
+            payload=b"{}",
         )
         command.created_time.FromMilliseconds(now_ms)
-        command.expires_time.FromMilliseconds(now_ms + 600_000)
+        command.expires_time.FromMilliseconds(now_ms + ttl_ms(n))
         producer.produce(topic, command.SerializeToString(), scoped_key(TENANT, device))
         producer.poll(0)
         ids.append(command.command_id)
@@ -114,7 +131,7 @@ def _write_commands(
     return ids
 
 
-async def _gateways(
+async def run_gateways(
     target: str,
     gateways: int,
     workdir: Path,
@@ -122,6 +139,7 @@ async def _gateways(
     executed: dict[str, float],
     stop: asyncio.Event,
 ) -> None:
+    """Run ``gateways`` gateway clients until ``stop``; note when each command is stored and run."""
     from headwater.gateway import GatewayClient, GatewayConfig, Spool
 
     async def handle(command: Command) -> bytes:
@@ -149,7 +167,7 @@ async def _gateways(
     await asyncio.gather(*(one(g) for g in range(gateways)))
 
 
-def _read_statuses(kafka: KafkaSettings, topic: str) -> dict[tuple[str, int], int]:
+def read_statuses(kafka: KafkaSettings, topic: str) -> dict[tuple[str, int], int]:
     """First broker timestamp (ms) of each (command id, state)."""
     from headwater.devstack.readback import read_topic
 
@@ -208,12 +226,25 @@ def _book_memory(devices: int = 10_000) -> dict[str, Any]:
 
 
 def run(
-    rate: float, seconds: float, devices: int, gateways: int, bootstrap: str | None
+    rate: float,
+    seconds: float,
+    devices: int,
+    gateways: int,
+    bootstrap: str | None,
+    offline_seconds: float = 0.0,
+    offline_rate: float = 10.0,
 ) -> dict[str, Any]:
     """Run the benchmark; return the figures."""
     result: dict[str, Any] = {
         "machine": machine(),
-        "options": {"rate": rate, "seconds": seconds, "devices": devices, "gateways": gateways},
+        "options": {
+            "rate": rate,
+            "seconds": seconds,
+            "devices": devices,
+            "gateways": gateways,
+            "offline_seconds": offline_seconds,
+            "offline_rate": offline_rate,
+        },
     }
     broker = None if bootstrap else EmbeddedBroker().start()
     servers = bootstrap or (broker.bootstrap_servers if broker else "")
@@ -267,7 +298,7 @@ async def _measure(
     executed: dict[str, float] = {}
     stop = asyncio.Event()
     clients = asyncio.create_task(
-        _gateways(target, opts["gateways"], workdir, stored, executed, stop)
+        run_gateways(target, opts["gateways"], workdir, stored, executed, stop)
     )
     await asyncio.sleep(5.0)  # the server up, the streams open, the book caught up
     cpu_before = server_proc.cpu_seconds(ingest_pid)
@@ -276,7 +307,7 @@ async def _measure(
 
     def writer() -> None:
         written.extend(
-            _write_commands(kafka, prefix + COMMANDS_TOPIC, devices, opts["rate"], opts["seconds"])
+            write_commands(kafka, prefix + COMMANDS_TOPIC, devices, opts["rate"], opts["seconds"])
         )
 
     started = time.monotonic()
@@ -290,7 +321,7 @@ async def _measure(
     load_during = os.getloadavg()
     stop.set()
     await asyncio.wait_for(clients, 30)
-    statuses = await asyncio.to_thread(_read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC)
+    statuses = await asyncio.to_thread(read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC)
     created = await asyncio.to_thread(_created_ms, kafka, prefix + COMMANDS_TOPIC)
     stored_s = [stored[i] - created[i] / 1000 for i in written if i in stored]
     delivered = CommandState.COMMAND_STATE_DELIVERED
@@ -322,6 +353,11 @@ async def _measure(
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_during],
         "fresh_replica": await _catch_up_cost(kafka, prefix),
+        "offline": (
+            await command_offline.measure(kafka, prefix, target, workdir, devices, opts)
+            if opts["offline_seconds"]
+            else None
+        ),
     }
 
 
@@ -338,6 +374,14 @@ def _created_ms(kafka: KafkaSettings, topic: str) -> dict[str, int]:
 
 def main_cli(args: Any) -> int:
     """``headwater bench commands``: run and print the figures as JSON."""
-    figures = run(args.rate, args.seconds, args.devices, args.gateways, args.bootstrap)
+    figures = run(
+        args.rate,
+        args.seconds,
+        args.devices,
+        args.gateways,
+        args.bootstrap,
+        args.offline_seconds,
+        args.offline_rate,
+    )
     print(json.dumps(figures, indent=2))
     return 0
