@@ -5,9 +5,9 @@ command in order when it reconnects; expired ones are EXPIRED, never delivered. 
 online measurement (its gateways stopped), commands are written in the first half of the
 ``N`` seconds at ``--offline-rate`` while no gateway is connected: every fifth with a time
 to live of a quarter of the gap (so it has expired before the gateways are back), the
-others with the gap plus ten minutes. At ``N`` seconds the gateways connect again, with the spools they had, and the run waits
-until every unexpired command has run and every expired one is EXPIRED on
-command-status.v1 (at most ``drain_within_s``).
+others with the gap plus ten minutes. At ``N`` seconds the gateways connect again, with the
+spools they had, and the run waits until every unexpired command has run (at most
+``drain_within_s``).
 
 Reported: what was written and how much of it should expire; per device, whether the
 commands ran in the order they were written (``out_of_order_devices``); commands lost
