@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from headwater.enricher.executor import units, worker_gc
-from headwater.enricher.executor.decode import decode_keyed, normalizable, with_normalized_columns
+from headwater.enricher.executor.decode import decode_keyed, normalizable
 from headwater.enricher.executor.normalize import normalize_batch
 from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS
 
@@ -60,8 +60,8 @@ def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
 def hop_rows(batch: pa.RecordBatch, master_topic: str) -> list[dict[str, Any]]:
     """Return a batch of keyed rows decoded and normalized; never raises.
 
-    Each dict has every ``HOP`` column; :func:`decoder` takes the keyed rows' own from the
-    batch instead.
+    The dicts hold the decoded and normalized columns a message has (Arrow makes the others
+    null); :func:`decoder` takes the keyed rows' own columns from the batch instead.
     """
     columns = [batch.column(k).to_pylist() for k in _KEYED]  # column by column: no row dicts
     msgs = [decode_keyed(row, master_topic) for row in zip(*columns, strict=True)]
@@ -69,8 +69,7 @@ def hop_rows(batch: pa.RecordBatch, master_topic: str) -> list[dict[str, Any]]:
     normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
     for msg, columns_of_msg in zip(todo, normalized, strict=True):
         msg |= columns_of_msg
-    for msg in msgs:
-        with_normalized_columns(msg)
+    for msg in msgs:  # (columns a message lacks are null in the batch: from_pylist)
         # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
         # not shipping it halves what the shuffle to the keyed state carries.
         msg["payload"] = None

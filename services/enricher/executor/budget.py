@@ -152,35 +152,22 @@ _MAIN = threading.main_thread()
 
 
 def call(budget: Budget, fn: Any, *args: Any) -> Any:
-    """Return ``fn(*args)``, run under ``budget.cpu_ms`` of CPU time.
+    """Return ``fn(*args)``, run under ``budget.cpu_ms`` of CPU time (:func:`each` of one).
 
     Raises:
         CpuBudgetExceeded: the call was interrupted (main thread), or took longer than the
             budget (measured, elsewhere or when the interruption was swallowed).
+        Whatever ``fn`` raised.
     """
-    limit = budget.cpu_ms / 1000.0
-    start = time.thread_time()
-    timed = threading.current_thread() is _MAIN and _timer.install()
-    if timed:
-        _timer.deadline = start + limit
-        try:
-            _timer.armed = True
-            # The interval re-fires: a normalizer that swallows one interruption gets another.
-            signal.setitimer(signal.ITIMER_PROF, limit, limit)
-            try:
-                out = fn(*args)
-            finally:
-                _timer.armed = False  # first: a signal arriving from here on is ignored
-                signal.setitimer(signal.ITIMER_PROF, 0.0)
-        except CpuBudgetExceeded:
-            _timer.armed = False
-            signal.setitimer(signal.ITIMER_PROF, 0.0)
-            raise
-    else:
-        out = fn(*args)
-    if time.thread_time() - start > limit:
-        raise CpuBudgetExceeded()
-    return out
+    (result,) = each(budget, _calls, [fn], *args)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _calls(fns: Sequence[Any], *args: Any) -> Iterator[Any]:
+    for fn in fns:
+        yield fn(*args)
 
 
 def each(

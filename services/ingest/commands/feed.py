@@ -102,13 +102,16 @@ class CommandFeed:
         consumer = self._consumer
         if consumer is None:
             return False
-        partitions = list(self._next)
-        ends = {}
-        for partition in partitions:
-            tp = TopicPartition(self._commands_topic, partition)
-            _, ends[partition] = await asyncio.to_thread(
-                consumer.get_watermark_offsets, tp, within_s, False
-            )
+
+        def high_watermarks() -> dict[int, int]:
+            return {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(self._commands_topic, p), within_s, False
+                )[1]
+                for p in list(self._next)
+            }
+
+        ends = await asyncio.to_thread(high_watermarks)
         while any(self._next.get(p, 0) < end for p, end in ends.items()):
             remaining = deadline - loop.time()
             if remaining <= 0:

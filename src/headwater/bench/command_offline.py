@@ -78,7 +78,7 @@ async def measure(
     statuses = await asyncio.to_thread(
         command_bench.read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC
     )
-    device_of = {c: devices[int(c.removeprefix("off")) % len(devices)] for c in written}
+    device_of = {c: devices[n % len(devices)] for n, c in enumerate(written)}  # round robin
     return {
         "offline_seconds": gap_s,
         "written": len(written),

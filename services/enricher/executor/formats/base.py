@@ -165,10 +165,7 @@ def measure(name: str, value: Any, unit: str) -> Measurement:
             the field), ``UNIT_UNKNOWN`` when the unit cannot be converted (it names the unit).
     """
     number = _number(name, value)
-    try:
-        c = units.conversion(unit)
-    except units.UnitError as exc:
-        raise NormalizeError("UNIT_UNKNOWN", f"{name}: {exc}") from None
+    c = _conversion(name, unit)
     return Measurement(name, c.apply(number), c.canonical)
 
 
@@ -178,11 +175,15 @@ def measurer(name: str, unit: str) -> Callable[[Any], Measurement]:
     Raises:
         NormalizeError: ``UNIT_UNKNOWN`` now, when the unit cannot be converted.
     """
+    c = _conversion(name, unit)
+    return lambda value: Measurement(name, c.apply(_number(name, value)), c.canonical)
+
+
+def _conversion(name: str, unit: str) -> units.Conversion:
     try:
-        c = units.conversion(unit)
+        return units.conversion(unit)
     except units.UnitError as exc:
         raise NormalizeError("UNIT_UNKNOWN", f"{name}: {exc}") from None
-    return lambda value: Measurement(name, c.apply(_number(name, value)), c.canonical)
 
 
 def _number(name: str, value: Any) -> float:
