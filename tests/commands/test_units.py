@@ -240,3 +240,15 @@ async def test_an_outcome_goes_on_the_open_stream_only(tmp_path):
         receiver._send_outcome(done)
         assert list(frames.get_nowait().outcomes.statuses) == [done]
         assert frames.empty()
+
+
+async def test_the_feed_says_so_when_it_cannot_read_to_the_end_in_time():
+    # A feed that never caught up (its topics missing, say): the relay's wait is bounded,
+    # and the unknown report is then dropped as before.
+    from headwater.ingest.commands.feed import CommandFeed
+    from headwater.kafka.settings import KafkaSettings
+
+    feed = CommandFeed(KafkaSettings(bootstrap_servers="127.0.0.1:1"), CommandBook(), "c", "s")
+    started = time.monotonic()
+    assert await feed.read_commands_to_end(within_s=0.3) is False
+    assert time.monotonic() - started < 2.0

@@ -315,3 +315,15 @@ def test_a_worker_without_configure_reads_the_environment(
         assert out["error_reason"] == "NORMALIZE_TOO_LARGE"
     finally:
         budgets.configure(None)
+
+
+def test_a_batch_form_that_gives_fewer_results_leaves_the_rest_an_error(
+    small_budget: budgets.Budget,
+) -> None:
+    def short(items: list[int]) -> Iterator[int]:
+        yield from items[:2]
+
+    got = budgets.each(small_budget, short, [1, 2, 3, 4])
+    assert got[:2] == [1, 2]
+    assert [type(e) for e in got[2:]] == [RuntimeError, RuntimeError]
+    assert _timer_is_off()
