@@ -219,40 +219,30 @@ def test_a_batch_normalizes_each_message_as_it_would_alone() -> None:
 
 
 @pytest.mark.spark
-def test_the_hop_passes_the_keyed_columns_through_and_decodes_as_one_row_would(spark) -> None:
-    import pyarrow as pa
-
-    from headwater.enricher.bench.hop import _arrow_schemas
-    from headwater.enricher.executor.arrow_hop import HOP, decoder
+def test_the_hop_decodes_as_one_row_would_and_leaves_the_keyed_columns_alone(spark) -> None:
+    from headwater.enricher.driver.jvm_state import decode
+    from headwater.enricher.executor.arrow_hop import HOP
 
     good = Msg("m1", "dev-1", INITECH, b"294.65,0.401,3300", sequence=7)
     bad = Msg("m2", "dev-2", "text/x-unknown", b"?")
+    # The last header of a name wins, a header without a value reads as empty.
+    repeated = [*ingest_headers(good, 1000), (rh.GATEWAY_ID, b"gw-last"), (rh.RECEIVED_AT_MS, None)]
     keyed_rows = [
         ("acme", "dev-1", "in", 0, 0, envelope(good), ingest_headers(good, 1000)),
+        ("acme", "dev-1", "in", 0, 1, envelope(good), repeated),
         ("acme", "dev-2", "in", 1, 5, envelope(bad), ingest_headers(bad, 1000)),
         ("acme", "dev-3", "master", 0, 9, None, None),  # a tombstone: no value, no headers
         ("", "dev-4", "in", 0, 1, b"\x0a\xff", []),
+        ("acme", "dev-9", "in", 0, 2, envelope(good), ingest_headers(good, 1000)),  # key != id
     ]
-    keyed_schema, hop_schema = _arrow_schemas(KEYED, HOP)
+    out = decode(spark.createDataFrame(keyed_rows, KEYED), "master").collect()
     names = field_names(KEYED)
-    batch = pa.RecordBatch.from_pylist(
-        [
-            {
-                **dict(zip(names, row, strict=True)),
-                "headers": None if row[6] is None else [{"key": k, "value": v} for k, v in row[6]],
-            }
-            for row in keyed_rows
-        ],
-        schema=keyed_schema,
-    )
-    (out,) = decoder("master", hop_schema)(iter([batch]))
-    assert out.schema == hop_schema
-    for name in names:  # the very same values, never turned into Python and back
-        assert out.column(name).to_pylist() == batch.column(name).to_pylist()
-    expected = [decode_row(tuple(r[k] for k in names), "master") for r in batch.to_pylist()]
-    for got, want in zip(out.to_pylist(), expected, strict=True):
-        want["payload"] = None
-        assert {k: got[k] for k in ("kind", "message_id", "error_reason", "event_type")} == {
-            k: want[k] for k in ("kind", "message_id", "error_reason", "event_type")
-        }
-        assert got["measurements"] == want["measurements"]
+    for row, got in zip(keyed_rows, out, strict=True):
+        got = got.asDict(recursive=True)
+        headers = [(h["key"], h["value"]) for h in got["headers"]] if got["headers"] else None
+        assert [got[n] for n in names[:-1]] + [headers] == [*row[:-1], row[-1] or None]
+        want = decode_row(row, "master")
+        hop = {n: got[n] for n in field_names(HOP) if n != "units"}
+        assert hop == {n: want[n] for n in hop}
+    assert out[1]["gateway_id"] == "gw-last" and out[1]["received_ms"] == 0
+    assert out[5]["error_reason"] == "ENVELOPE_INVALID"

@@ -1,10 +1,10 @@
 """Micro-benchmark of the Python hop in front of the JVM state (``arrow_hop``), without Spark.
 
 ``python -m headwater.enricher.bench.hop --messages 20000`` builds the benchmark's telemetry
-records (``query.telemetry_record``), puts them in Arrow batches as the keyed columns arrive
-from Spark, runs the hop's ``mapInArrow`` function over them and prints the CPU time per
-message (``time.process_time``, so other processes on the machine count less than in wall
-time). Issue 27's budget is ~20 µs per message on these cores.
+records (``query.telemetry_record``), puts them in Arrow arrays as the hop's arguments
+arrive from Spark (``arrow_hop.inputs``), runs the hop's function over them and prints the
+CPU time per message (``time.process_time``, so other processes on the machine count less
+than in wall time). Issue 27's budget is ~20 µs per message on these cores.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import time
 import pyarrow as pa
 
 from headwater.enricher.bench.query import telemetry_record
-from headwater.enricher.executor.arrow_hop import HOP, decoder
-from headwater.enricher.executor.schema import KEYED
+from headwater.enricher.executor.arrow_hop import HEADERS, HOP, decoder
 
 
 def _arrow_schemas(*ddls: str) -> list[pa.Schema]:
@@ -52,29 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i in range(args.messages):
         key, value, headers = telemetry_record(i, 1000, "hop", now)
-        rows.append(
-            {
-                "tenant": "bench",
-                "device_key": key.decode(),
-                "src_topic": "ingest.telemetry.v1",
-                "src_partition": 0,
-                "src_offset": i,
-                "value": value,
-                "headers": [{"key": k, "value": v} for k, v in headers],
-            }
-        )
-    keyed, hop = _arrow_schemas(KEYED, HOP)
-    batches = [
-        pa.RecordBatch.from_pylist(rows[i : i + args.batch], schema=keyed)
-        for i in range(0, len(rows), args.batch)
-    ]
+        found = dict(headers)  # the last of each name, as Spark SQL picks them
+        rows.append(("ingest.telemetry.v1", key.decode(), value, *(found.get(h) for h in HEADERS)))
+    (hop,) = _arrow_schemas(HOP)
+
+    def arrays(part: list[tuple[object, ...]]) -> tuple[pa.Array, ...]:
+        return tuple(pa.array(list(column)) for column in zip(*part, strict=True))
+
+    batches = [arrays(rows[i : i + args.batch]) for i in range(0, len(rows), args.batch)]
     run = decoder("master.devices.v1", hop)
     # Warm-up: a worker builds the units registry once (~0.4 s), then serves every batch;
     # counted here it would add ~20 us to each of 20,000 messages.
-    for _ in run(iter([pa.RecordBatch.from_pylist(rows[:100], schema=keyed)])):
+    for _ in run(iter([arrays(rows[:100])])):
         pass
     t0, w0 = time.process_time(), time.perf_counter()
-    out = sum(b.num_rows for b in run(iter(batches)))
+    out = sum(len(b) for b in run(iter(batches)))
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
     print(
         json.dumps(

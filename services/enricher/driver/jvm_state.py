@@ -12,7 +12,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from headwater.enricher.executor.arrow_hop import HOP, decoder
+from headwater.enricher.executor.arrow_hop import HOP, decoder, inputs
 from headwater.enricher.executor.decode import key_columns
 from headwater.enricher.executor.schema import OUTPUT, field_names
 from headwater.enricher.python_operator.state import Policy
@@ -45,14 +45,21 @@ def policy_lines(policy: Policy) -> str:
 
 
 def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
-    """Return keyed raw rows (``decode.key_columns``) decoded and normalized (``arrow_hop.HOP``)."""
+    """Return keyed raw rows (``decode.key_columns``) with the hop's columns (``arrow_hop.HOP``).
+
+    The keyed columns stay in the JVM; the hop's struct is spread into top-level columns
+    beside them, where the JVM operator finds them by name.
+    """
+    from pyspark.sql.functions import arrow_udf
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     hop = StructType.fromDDL(HOP)
     assert isinstance(hop, StructType)
-    schema = to_arrow_schema(hop)
-    return keyed.mapInArrow(decoder(master_topic, schema), HOP)
+    # Its kind (iterator of argument tuples) from the function's type hints, which PySpark
+    # prefers to a functionType; its stubs have no overload for that form.
+    run = arrow_udf(decoder(master_topic, to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
+    return keyed.select("*", run(*inputs()).alias("hop")).select(*keyed.columns, "hop.*")
 
 
 def apply(decoded: DataFrame, policy: Policy) -> DataFrame:

@@ -104,7 +104,7 @@ class EnricherSettings:
     spark_master: str = ""
     shuffle_partitions: int = 4
     #: Which operator keeps the per-device state: "jvm" (jvm/enricher-state, Spark's JVM
-    #: transformWithState after one mapInArrow hop; jvm_state.py) or "python" (state.py,
+    #: transformWithState after one Python hop; jvm_state.py) or "python" (state.py,
     #: PySpark's row-based transformWithState). The JVM one is the default since the
     #: difference test and the guarantee tests pass with it (docs/enricher.md); their state
     #: formats differ, so switching needs a new checkpoint.

@@ -1,13 +1,20 @@
 """The Python hop before the JVM keyed state: decode and normalize whole Arrow batches.
 
-Stateless, in one ``mapInArrow``: raw keyed Kafka rows (``decode.key_columns``) in, the
-``HOP`` columns out (``DECODED_FIELDS`` + ``NORMALIZED_FIELDS`` + the source fields, errors as
-values) for ``jvm_state.apply``. Each message is decoded as the Python operator decodes it
-(``decode.decode_keyed``); the batch's messages are then normalized together, grouped by
-media type (``normalize.normalize_batch``), to the same columns ``decode.decode_row`` gives
-one message, so both operators see identical messages. The JVM has no unit library: for
-every unit a Sparkplug B message names (definitions and readings), the hop adds its
-conversion (``units``), which the JVM keeps with the device's definitions.
+Stateless, in one scalar Arrow UDF over batches (``arrow_udf``, an iterator of batches).
+Spark sends it only what decoding reads (``inputs``: the source topic, the device key, the
+record's value and the few headers decode reads, taken out of the headers array in Spark
+SQL), and it returns one ``HOP`` struct per row: the decoded and normalized columns the JVM
+operator reads, errors as values. The keyed rows' own columns (tenant, device key, source
+coordinates, value, headers) stay in the JVM beside the call and are joined to its result
+there (Spark's ``ArrowEvalPython``): writing them to Arrow for Python and reading them back
+was most of the JVM's CPU for the hop (docs/benchmarks.md, issue 27).
+
+Each message is decoded as the Python operator decodes it (``decode.decode_for_key``); the
+batch's messages are then normalized together, grouped by media type
+(``normalize.normalize_batch``), to the same columns ``decode.decode_row`` gives one message,
+so both operators see identical messages. The JVM has no unit library: for every unit a
+Sparkplug B message names (definitions and readings), the hop adds its conversion
+(``units``), which the JVM keeps with the device's definitions.
 """
 
 from __future__ import annotations
@@ -16,19 +23,45 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
+from headwater import record_headers as rh
 from headwater.enricher.executor import units, worker_gc
-from headwater.enricher.executor.decode import decode_keyed, normalizable
+from headwater.enricher.executor.decode import decode_for_key, normalizable
 from headwater.enricher.executor.normalize import normalize_batch
-from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, SOURCE_FIELDS
+from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
 
 #: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
 UNITS = (
     "units array<struct<spelling:string,canonical:string,scale:double,offset:double,error:string>>"
 )
-#: The columns the hop writes and the JVM operator reads (by name).
-HOP = f"{DECODED_FIELDS}, {NORMALIZED_FIELDS}, {SOURCE_FIELDS}, {UNITS}"
-_KEYED = ("tenant", "device_key", "src_topic", "src_partition", "src_offset", "value", "headers")
+#: Decoded columns the hop does not return: the key (the JVM has it) and what the JVM operator
+#: never reads (the payload's meaning is in the normalized columns, its bytes in ``value``).
+_NOT_RETURNED = ("tenant", "device_key", "content_type", "payload", "endpoint")
+#: The struct the hop returns per row, as a DDL field list; the JVM reads its fields by name.
+HOP = ", ".join(
+    [f for f in fields(DECODED_FIELDS) if f.split(" ")[0] not in _NOT_RETURNED]
+    + [NORMALIZED_FIELDS, UNITS]
+)
+#: The headers decode reads of an ingest record (tenant is the key's; endpoint is not read).
+HEADERS = (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)
+
+
+def inputs() -> list[Column]:
+    """Return the hop's arguments over keyed rows (``decode.key_columns``), in Spark SQL.
+
+    Each header is the value of the last one of its name, as ``decode.header_map`` reads
+    them (null when absent). Found by position in the reversed keys rather than with
+    ``filter(headers, h -> ...)``: a lambda is interpreted row by row, and it keeps the
+    whole projection out of Spark's generated code.
+    """
+    last = F.reverse("headers")
+    headers = [
+        F.get(last.getField("value"), F.array_position(last.getField("key"), name) - 1)
+        for name in HEADERS
+    ]
+    return [F.col("src_topic"), F.col("device_key"), F.col("value"), *headers]
 
 
 def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,22 +90,21 @@ def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def hop_rows(batch: pa.RecordBatch, master_topic: str) -> list[dict[str, Any]]:
-    """Return a batch of keyed rows decoded and normalized; never raises.
+def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]:
+    """Return a batch of the hop's ``inputs`` decoded and normalized; never raises.
 
-    The dicts hold the decoded and normalized columns a message has (Arrow makes the others
-    null); :func:`decoder` takes the keyed rows' own columns from the batch instead.
+    The dicts hold the columns a message has (Arrow makes the others null).
     """
-    columns = [batch.column(k).to_pylist() for k in _KEYED]  # column by column: no row dicts
-    msgs = [decode_keyed(row, master_topic) for row in zip(*columns, strict=True)]
+    topics, keys, values, *headers = (c.to_pylist() for c in columns)  # no row dicts
+    msgs = []
+    for topic, key, value, *found in zip(topics, keys, values, *headers, strict=True):
+        pairs = [(name, v) for name, v in zip(HEADERS, found, strict=True) if v is not None]
+        msgs.append(decode_for_key(topic, key, value, pairs, master_topic))
     todo = [m for m in msgs if normalizable(m)]
     normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
     for msg, columns_of_msg in zip(todo, normalized, strict=True):
         msg |= columns_of_msg
-    for msg in msgs:  # (columns a message lacks are null in the batch: from_pylist)
-        # The JVM reads the payload's meaning, never its bytes (the original is in ``value``):
-        # not shipping it halves what the shuffle to the keyed state carries.
-        msg["payload"] = None
+    for msg in msgs:
         if msg.get("definitions") or msg.get("pending"):
             msg["units"] = conversions(msg)
     return msgs
@@ -80,28 +112,16 @@ def hop_rows(batch: pa.RecordBatch, master_topic: str) -> list[dict[str, Any]]:
 
 def decoder(
     master_topic: str, schema: pa.Schema
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Return the ``mapInArrow`` function (picklable: it closes over strings and a schema).
+) -> Callable[[Iterator[tuple[pa.Array, ...]]], Iterator[pa.Array]]:
+    """Return the Arrow UDF's function (picklable: it closes over strings and a schema).
 
-    The keyed rows' own columns (key, source coordinates, the record's value and headers)
-    leave as they came, as Arrow arrays: only the decoded and normalized columns are built
-    from Python objects (turning every header back into Arrow was a third of the hop's
-    conversion work).
+    ``schema`` is ``HOP``'s; each batch of ``inputs`` gives one struct array of it.
     """
-    built = pa.schema([f for f in schema if f.name not in _KEYED])
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            out = pa.RecordBatch.from_pylist(hop_rows(batch, master_topic), schema=built)
-            yield pa.RecordBatch.from_arrays(
-                [_column(batch if f.name in _KEYED else out, f) for f in schema], schema=schema
-            )
+    def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        for columns in batches:
+            rows = hop_rows(list(columns), master_topic)
+            yield pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
         worker_gc.freeze_survivors()
 
     return run
-
-
-def _column(batch: pa.RecordBatch, field: pa.Field) -> pa.Array:
-    column = batch.column(field.name)
-    # Spark's Arrow writer and pyarrow may name a list's item field differently.
-    return column if column.type == field.type else column.cast(field.type)

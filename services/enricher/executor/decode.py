@@ -181,10 +181,23 @@ def decode_keyed(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
     """
     # Unpacked by position: a Row's lookup by name costs a search of its fields each time.
     tenant, device_key, topic, partition, offset, value, headers = row
-    msg = decode_record(topic, None, value, headers, master_topic)
-    msg["tenant"], msg["device_key"] = tenant, device_key
+    msg = decode_for_key(topic, device_key, value, headers, master_topic)
+    msg["tenant"] = tenant
     msg |= {"src_topic": topic, "src_partition": partition, "src_offset": offset}
     msg |= {"value": value, "headers": headers}
+    return msg
+
+
+def decode_for_key(
+    topic: str, device_key: str, value: bytes | None, headers: Any, master_topic: str
+) -> dict[str, Any]:
+    """Decode one record for the device key it was grouped by; never raises.
+
+    ``decode_keyed`` without the key's tenant and the source columns (``arrow_hop`` leaves
+    those in the JVM).
+    """
+    msg = decode_record(topic, None, value, headers, master_topic)
+    msg["device_key"] = device_key
     if normalizable(msg) and msg["device_id"] != device_key:
         _error(
             msg,

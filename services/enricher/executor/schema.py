@@ -43,15 +43,20 @@ OUTPUT = (
 )
 
 
-def field_names(ddl: str) -> list[str]:
-    """Return the top-level field names of a DDL field list (commas inside <> are nested)."""
-    names, depth, start = [], 0, 0
+def fields(ddl: str) -> list[str]:
+    """Return the top-level fields ("name type") of a DDL field list (commas inside <> nest)."""
+    out, depth, start = [], 0, 0
     for i, ch in enumerate(ddl + ","):
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
         elif ch == "," and depth == 0:
-            names.append(ddl[start:i].strip().split(" ")[0])
+            out.append(ddl[start:i].strip())
             start = i + 1
-    return names
+    return out
+
+
+def field_names(ddl: str) -> list[str]:
+    """Return the top-level field names of a DDL field list."""
+    return [f.split(" ")[0] for f in fields(ddl)]
