@@ -116,57 +116,77 @@ class IngestServicer:
     ) -> object:
         started = time.perf_counter()
         attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
-        request = b""
         gateway: Gateway | None = None
         metadata = context.invocation_metadata() or ()
-        with contextlib.ExitStack() as held:
-            try:
-                # Refusals first, without a span and before the body is read: under
-                # overload they are most calls, and each must cost as little as possible.
-                gateway = self._authenticate(context, metadata)
-                held.enter_context(self._admission.rpc_slot(gateway))
-                self._check_ready()
-                time_left = _time_left(context.time_remaining())
-                self._admission.check_deadline(time_left)
-                self._admission.check_room(gateway)
-                async with self._admission.reading_body(gateway, time_left):
-                    request = await self._read_request(context)
-                # The place is the arrival order of this gateway's requests (no await
-                # between the body's arrival and here).
-                place = self._order.join(gateway.gateway_id)
-            except IngestError as err:
-                attrs["code"] = err.code.name
-                self._call_done(ep, ep.publish_method, attrs, started)
-                self._refused(ep, "publish", err, len(request), gateway)
-                await context.abort_with_status(rpc_status_of(err))
-            assert gateway is not None  # abort_with_status raised otherwise
-            try:
-                with self._tracer.start_as_current_span(
-                    f"{SERVICE_NAME}/{ep.publish_method}",
-                    context=_trace_parent(metadata),
-                    kind=SpanKind.SERVER,
-                    attributes=self._span_attrs[ep.publish_method],
-                ) as span:
-                    try:
-                        _, results = await self._frames.write(
-                            ep,
-                            request,
-                            wire.publish_deserializer,
-                            gateway,
-                            _time_left(context.time_remaining()),
-                            place,
-                        )
-                        span.set_attributes(_OK_STATUS_ATTRIBUTES)
-                        return ep.publish_response(results=results)
-                    except IngestError as err:
-                        attrs["code"] = err.code.name
-                        span.set_attributes(rpc_status_attributes(err.code.name))
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
-                        self._refused(ep, "publish", err, len(request), gateway)
-                        await context.abort_with_status(rpc_status_of(err))
-            finally:
-                self._call_done(ep, ep.publish_method, attrs, started)
+        try:
+            gateway = self._authenticate(context, metadata)
+            with self._admission.rpc_slot(gateway):
+                return await self._serve_publish(ep, gateway, metadata, context, attrs)
+        except IngestError as err:  # refused before its body was read: no span
+            await self._refuse(ep, err, attrs, 0, gateway, context)
+        finally:
+            self._call_done(ep, ep.publish_method, attrs, started)
         raise AssertionError("unreachable: abort_with_status raises")
+
+    async def _serve_publish(
+        self,
+        ep: Endpoint,
+        gateway: Gateway,
+        metadata: tuple[tuple[str, str | bytes], ...],
+        context: grpc.aio.ServicerContext,
+        attrs: dict[str, str],
+    ) -> object:
+        """Serve a publish call holding its slot: check, read the body, write it.
+
+        Refusals come first, without a span and before the body is read (raised as
+        IngestError): under overload they are most calls, and each must cost as little as
+        possible. A failed write is answered here, under the call's span.
+        """
+        self._check_ready()
+        time_left = _time_left(context.time_remaining())
+        self._admission.check_deadline(time_left)
+        self._admission.check_room(gateway)
+        async with self._admission.reading_body(gateway, time_left):
+            request = await self._read_request(context)
+        # The place is the arrival order of this gateway's requests (no await between the
+        # body's arrival and here).
+        place = self._order.join(gateway.gateway_id)
+        with self._tracer.start_as_current_span(
+            f"{SERVICE_NAME}/{ep.publish_method}",
+            context=_trace_parent(metadata),
+            kind=SpanKind.SERVER,
+            attributes=self._span_attrs[ep.publish_method],
+        ) as span:
+            try:
+                _, results = await self._frames.write(
+                    ep,
+                    request,
+                    wire.publish_deserializer,
+                    gateway,
+                    _time_left(context.time_remaining()),
+                    place,
+                )
+                span.set_attributes(_OK_STATUS_ATTRIBUTES)
+                return ep.publish_response(results=results)
+            except IngestError as err:
+                span.set_attributes(rpc_status_attributes(err.code.name))
+                span.set_status(trace.Status(trace.StatusCode.ERROR, err.reason))
+                await self._refuse(ep, err, attrs, len(request), gateway, context)
+        raise AssertionError("unreachable: abort_with_status raises")
+
+    async def _refuse(
+        self,
+        ep: Endpoint,
+        err: IngestError,
+        attrs: dict[str, str],
+        nbytes: int,
+        gateway: Gateway | None,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """End a publish call with ``err``'s status (raises, as abort_with_status does)."""
+        attrs["code"] = err.code.name
+        self._refused(ep, "publish", err, nbytes, gateway)
+        await context.abort_with_status(rpc_status_of(err))
 
     def _call_done(self, ep: Endpoint, method: str, attrs: dict[str, str], started: float) -> None:
         self._metrics.requests.add(1, attrs)

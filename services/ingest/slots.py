@@ -10,12 +10,86 @@ a replica. A slot is held by a ``with`` block, so every way out of a call gives 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 
 from headwater.ingest.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.settings import IngestSettings
+
+
+class _Pool:
+    """One kind of slot: a process count and limit, and each gateway's count.
+
+    ``process_full`` and ``gateway_full`` build the refusals; a gateway's limit is its
+    tokens-file override (``override``), else ``gateway_default``; 0 means none.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        gateway_default: int,
+        override: Callable[[Gateway], int | None],
+        process_full: Callable[[], OverloadedError],
+        gateway_full: Callable[[Gateway, int], OverloadedError],
+    ) -> None:
+        self.held = 0
+        self.by_gateway: dict[str, int] = {}
+        self._limit = limit
+        self._gateway_default = gateway_default
+        self._override = override
+        self._process_full = process_full
+        self._gateway_full = gateway_full
+
+    def take(self, gateway: Gateway) -> str:
+        """Count one slot of ``gateway`` or raise OverloadedError; return its key."""
+        if self.held >= self._limit:
+            raise self._process_full()
+        key = gateway.gateway_id
+        held = self.by_gateway.get(key, 0)
+        limit = _own(self._override(gateway), self._gateway_default, gateway)
+        if limit and held >= limit:
+            raise self._gateway_full(gateway, limit)
+        self.by_gateway[key] = held + 1
+        self.held += 1
+        return key
+
+    def give(self, key: str) -> None:
+        """Give back one slot taken by :meth:`take`."""
+        self.held -= 1
+        left = self.by_gateway[key] - 1
+        if left:
+            self.by_gateway[key] = left
+        else:
+            del self.by_gateway[key]
+
+
+class Slot:
+    """A slot of a pool, taken on entering a ``with`` block and given back on leaving it.
+
+    A class rather than a ``@contextmanager`` generator: it is entered on every call, and
+    the generator's machinery cost more than the counting (docs/benchmarks.md, issue 23).
+    """
+
+    __slots__ = ("_pool", "_gateway", "_key")
+
+    def __init__(self, pool: _Pool, gateway: Gateway) -> None:
+        self._pool = pool
+        self._gateway = gateway
+        self._key: str | None = None
+
+    def __enter__(self) -> None:
+        self._key = self._pool.take(self._gateway)
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        if self._key is not None:
+            self._pool.give(self._key)
+            self._key = None
 
 
 class Slots:
@@ -23,63 +97,78 @@ class Slots:
 
     def __init__(self, settings: IngestSettings, retry_delay_s: float) -> None:
         self._retry_delay_s = retry_delay_s
-        self.rpcs = 0
-        self.streams = 0
         self._max_rpcs = settings.max_concurrent_rpcs
         self._max_streams = settings.max_streams
-        self._gateway_rpcs_default = settings.gateway_max_concurrent_rpcs
-        self._gateway_streams_default = settings.gateway_max_streams
-        #: Slots held per gateway id (only gateways holding one: entries leave at zero).
-        self.rpcs_by_gateway: dict[str, int] = {}
-        self.streams_by_gateway: dict[str, int] = {}
+        self._rpcs = _Pool(
+            settings.max_concurrent_rpcs,
+            settings.gateway_max_concurrent_rpcs,
+            lambda gateway: gateway.max_concurrent_rpcs,
+            self._rpcs_full,
+            self._gateway_rpcs_full,
+        )
+        self._streams = _Pool(
+            settings.max_streams,
+            settings.gateway_max_streams,
+            lambda gateway: gateway.max_streams,
+            self._streams_full,
+            self._gateway_streams_full,
+        )
 
-    @contextmanager
-    def rpc_slot(self, gateway: Gateway) -> Iterator[None]:
+    @property
+    def rpcs(self) -> int:
+        """Publish calls being served."""
+        return self._rpcs.held
+
+    @property
+    def streams(self) -> int:
+        """Open streams."""
+        return self._streams.held
+
+    @property
+    def rpcs_by_gateway(self) -> dict[str, int]:
+        """Slots held per gateway id (only gateways holding one: entries leave at zero)."""
+        return self._rpcs.by_gateway
+
+    @property
+    def streams_by_gateway(self) -> dict[str, int]:
+        """Open streams per gateway id (only gateways holding one)."""
+        return self._streams.by_gateway
+
+    def rpc_slot(self, gateway: Gateway) -> Slot:
         """Hold a publish-call slot of the process and of ``gateway`` for the block.
 
         Raises:
-            OverloadedError: the process's or the gateway's limit is reached.
+            OverloadedError: on entering, the process's or the gateway's limit is reached.
         """
-        if self.rpcs >= self._max_rpcs:
-            raise OverloadedError(
-                f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
-                "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_concurrent_rpcs",
-                setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
-                limit_value=self._max_rpcs,
-            )
-        limit = _own(gateway.max_concurrent_rpcs, self._gateway_rpcs_default, gateway)
-        with _held(self.rpcs_by_gateway, gateway, limit, self._gateway_rpcs_full):
-            self.rpcs += 1
-            try:
-                yield
-            finally:
-                self.rpcs -= 1
+        return Slot(self._rpcs, gateway)
 
-    @contextmanager
-    def stream_slot(self, gateway: Gateway) -> Iterator[None]:
+    def stream_slot(self, gateway: Gateway) -> Slot:
         """Hold a stream slot of the process and of ``gateway`` for the block.
 
         Raises:
-            OverloadedError: the process's or the gateway's limit is reached.
+            OverloadedError: on entering, the process's or the gateway's limit is reached.
         """
-        if self.streams >= self._max_streams:
-            raise OverloadedError(
-                f"ingest replica holds its limit of {self._max_streams} open streams "
-                "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
-                retry_delay_s=self._retry_delay_s,
-                limit="max_streams",
-                setting="HEADWATER_INGEST_MAX_STREAMS",
-                limit_value=self._max_streams,
-            )
-        limit = _own(gateway.max_streams, self._gateway_streams_default, gateway)
-        with _held(self.streams_by_gateway, gateway, limit, self._gateway_streams_full):
-            self.streams += 1
-            try:
-                yield
-            finally:
-                self.streams -= 1
+        return Slot(self._streams, gateway)
+
+    def _rpcs_full(self) -> OverloadedError:
+        return OverloadedError(
+            f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
+            "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
+            retry_delay_s=self._retry_delay_s,
+            limit="max_concurrent_rpcs",
+            setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
+            limit_value=self._max_rpcs,
+        )
+
+    def _streams_full(self) -> OverloadedError:
+        return OverloadedError(
+            f"ingest replica holds its limit of {self._max_streams} open streams "
+            "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
+            retry_delay_s=self._retry_delay_s,
+            limit="max_streams",
+            setting="HEADWATER_INGEST_MAX_STREAMS",
+            limit_value=self._max_streams,
+        )
 
     def _gateway_rpcs_full(self, gateway: Gateway, limit: int) -> OverloadedError:
         return OverloadedError(
@@ -114,26 +203,3 @@ def _own(override: int | None, default: int, gateway: Gateway) -> int:
     if gateway is ANONYMOUS:
         return 0
     return default if override is None else override
-
-
-@contextmanager
-def _held(
-    counts: dict[str, int],
-    gateway: Gateway,
-    limit: int,
-    full: Callable[[Gateway, int], OverloadedError],
-) -> Iterator[None]:
-    """Count one slot of ``gateway`` in ``counts`` for the block, or raise ``full``."""
-    key = gateway.gateway_id
-    held = counts.get(key, 0)
-    if limit and held >= limit:
-        raise full(gateway, limit)
-    counts[key] = held + 1
-    try:
-        yield
-    finally:
-        left = counts[key] - 1
-        if left:
-            counts[key] = left
-        else:
-            del counts[key]
