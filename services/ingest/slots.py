@@ -71,7 +71,7 @@ class Slot:
     the generator's machinery cost more than the counting (docs/benchmarks.md, issue 23).
     """
 
-    __slots__ = ("_pool", "_gateway", "_key")
+    __slots__ = ("_gateway", "_key", "_pool")
 
     def __init__(self, pool: _Pool, gateway: Gateway) -> None:
         self._pool = pool
