@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 import grpc
 from google.protobuf.message import DecodeError
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
@@ -43,6 +43,7 @@ from headwater.ingest.ordering import Place
 from headwater.ingest.producer import RecordWriter
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_produce_error
+from headwater.ingest.trace_headers import trace_headers
 from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
@@ -182,14 +183,12 @@ class FrameWriter:
         # either, so none is made, and the records carry the call's context (its trace id).
         # Leaving the block ends the producer span; a span not recording ignores it.
         with span:
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier, context=trace.set_span_in_context(span))
             common = [
                 (rh.GATEWAY_ID, gateway.gateway_id.encode()),
                 (rh.TENANT, gateway.tenant.encode()),
                 (rh.RECEIVED_AT_MS, str(int(time.time() * 1000)).encode()),
                 (rh.ENDPOINT, ep.name.encode()),
-                *((k, v.encode()) for k, v in carrier.items()),
+                *trace_headers(span),
             ]
             try:
                 # One deadline for the whole frame, the wait for its turn included: the
