@@ -190,40 +190,33 @@ class FrameWriter:
                 (rh.ENDPOINT, ep.name.encode()),
                 *trace_headers(span),
             ]
+            failure: Exception | None = None  # what kept the rest of the frame from Kafka
             try:
-                # One deadline for the whole frame, the wait for its turn included: the
-                # broker may block send() itself. The turn comes before the CPU lane, so a
-                # request waiting for an earlier one of its gateway holds no lane.
-                async with asyncio.timeout_at(deadline), place.turn(), self._cpu_lanes:
-                    for i, raw in enumerate(frame.messages):
-                        if i % YIELD_EVERY == YIELD_EVERY - 1:
-                            # Give the loop back: gRPC starts (and admission refuses) new
-                            # calls only between steps, one per loop iteration, so one
-                            # long step per request would queue new calls inside gRPC.
-                            # Safe for order: the turn is held across the yield.
-                            await asyncio.sleep(0)
-                        msg, rejection = self._check_message(raw, gateway)
-                        if rejection is not None:
-                            results[i] = rejection
-                            continue
-                        headers = [
-                            (rh.MESSAGE_ID, msg.message_id.encode()),
-                            (rh.CONTENT_TYPE, msg.content_type.encode()),
-                            *common,
-                        ]
-                        future = await self._writer.send(
-                            ep.topic, msg.device_id.encode(), raw, headers
-                        )
-                        pending.append((i, msg.message_id, future))
-                        last_key = msg.device_id
-            except Exception as exc:  # every failure, the deadline included, becomes a result
-                broker_error = from_produce_error(exc)
+                # One deadline for the whole frame, the wait for its turn and the acks
+                # included: the broker may block send() itself. The turn comes before the
+                # CPU lane, so a request waiting for an earlier one of its gateway holds no
+                # lane. The acks are awaited after the turn, so a gateway's requests still
+                # overlap at the broker.
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        async with place.turn(), self._cpu_lanes:
+                            last_key = await self._issue(
+                                ep, frame, gateway, common, results, pending
+                            )
+                    except Exception as exc:  # a send failed: the rest is not issued
+                        failure = exc
+                    if pending and failure is None:
+                        await _settled([f for _, _, f in pending])
+            except TimeoutError as exc:  # the deadline, while issuing or waiting for acks
+                failure = failure or exc
+            if failure is not None:  # every failure becomes the results it left unwritten
+                broker_error = from_produce_error(failure)
                 queued = {i for i, _, _ in pending}
                 for i, raw in enumerate(frame.messages):
                     if results[i] is None and i not in queued:
                         results[i] = error_result(message_id_of(raw), broker_error)
-            if pending:
-                await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
+                if pending:  # the records issued before it still get their acks
+                    await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
             for i, message_id, future in pending:
                 results[i] = _ack_result(message_id, future)
                 if not future.done():
@@ -242,6 +235,42 @@ class FrameWriter:
             # now: timeouts during a broker stall must not make it refuse every call.
             self._admission.produce_time.record(produce_s)
         return [r for r in results if r is not None]
+
+    async def _issue(
+        self,
+        ep: Endpoint,
+        frame: wire.RawFrame,
+        gateway: Gateway,
+        common: list[tuple[str, bytes]],
+        results: list[api.MessageResult | None],
+        pending: list[tuple[int, str, asyncio.Future]],
+    ) -> str:
+        """Check each message of ``frame`` and send the valid ones, in order.
+
+        Rejections go to ``results``, sent records to ``pending`` (as they are sent, so a
+        failure part-way leaves the ones before it there). Returns the device id of the
+        last record sent.
+        """
+        last_key = ""
+        for i, raw in enumerate(frame.messages):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                # Give the loop back: gRPC starts (and admission refuses) new calls only
+                # between steps, one per loop iteration, so one long step per request would
+                # queue new calls inside gRPC. Safe for order: the turn is held across it.
+                await asyncio.sleep(0)
+            msg, rejection = self._check_message(raw, gateway)
+            if rejection is not None:
+                results[i] = rejection
+                continue
+            headers = [
+                (rh.MESSAGE_ID, msg.message_id.encode()),
+                (rh.CONTENT_TYPE, msg.content_type.encode()),
+                *common,
+            ]
+            future = await self._writer.send(ep.topic, msg.device_id.encode(), raw, headers)
+            pending.append((i, msg.message_id, future))
+            last_key = msg.device_id
+        return last_key
 
     def _check_message(
         self, raw: bytes, gateway: Gateway
@@ -308,6 +337,27 @@ def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
     return api.MessageResult(
         message_id=message_id, code=0, partition=md.partition, offset=md.offset
     )
+
+
+async def _settled(futures: list[asyncio.Future]) -> None:
+    """Wait until every future is done, without cancelling any of them.
+
+    Lighter than ``asyncio.wait`` (one waiter, no sets, no timer: the caller's timeout
+    bounds it), and like it, a cancelled wait leaves the futures alone: a record still in
+    the producer's queue keeps its future, whose outcome releases the call's bytes later.
+    """
+    waiter = asyncio.get_running_loop().create_future()
+    left = len(futures)
+
+    def one_done(_future: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0 and not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    await waiter
 
 
 def _release_when_acked(ticket: Ticket, unacked: list[asyncio.Future]) -> None:
