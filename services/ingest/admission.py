@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headwater.ingest.auth import Gateway
-from headwater.ingest.body_reads import BodyReads
+from headwater.ingest.body_reads import BodyReads, Reading
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
@@ -263,9 +263,7 @@ class Admission:
         if self.in_use + (self.reads.count + 1) * expected > self.max_bytes:
             raise self._process_full()
 
-    def reading_body(
-        self, gateway: Gateway, time_left_s: float | None
-    ) -> contextlib.AbstractAsyncContextManager[None]:
+    def reading_body(self, gateway: Gateway, time_left_s: float | None) -> Reading:
         """Reserve room for ``gateway``'s body being read, at the largest size it may have.
 
         See ``body_reads.py``. Waits for room (holding no body) at most READ_WAIT_MAX_S,

@@ -27,8 +27,8 @@ HTTP/2 flow control (docs/operations.md, "Stream frames and memory").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from types import TracebackType
 
 from headwater.ingest.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
@@ -58,24 +58,30 @@ class BodyReads:
         self.by_gateway: dict[str, int] = {}
         self._line: list[tuple[str | None, asyncio.Future[None]]] = []
 
-    @asynccontextmanager
-    async def reading(self, gateway: Gateway, wait_s: float) -> AsyncIterator[None]:
-        """Hold a read reservation for the block; wait up to ``wait_s`` for one.
+    def reading(self, gateway: Gateway, wait_s: float) -> Reading:
+        """Hold a read reservation for an ``async with`` block; wait up to ``wait_s`` for one.
+
+        Raises:
+            OverloadedError: on entering, no room came within ``wait_s``.
+        """
+        return Reading(self, None if gateway is ANONYMOUS else gateway.gateway_id, wait_s)
+
+    async def take(self, key: str | None, wait_s: float) -> None:
+        """Book a read of gateway ``key`` (None: anonymous), waiting up to ``wait_s``.
 
         Raises:
             OverloadedError: no room came within ``wait_s``.
         """
-        key = None if gateway is ANONYMOUS else gateway.gateway_id
         # Waiters that cannot go (their gateway is reading) do not hold this one back.
         if self._fits(key) and not any(self._fits(k) for k, _ in self._line):
             self._book(key)
         else:
             await self._wait(key, wait_s)
-        try:
-            yield
-        finally:
-            self._unbook(key)
-            self.wake()
+
+    def give(self, key: str | None) -> None:
+        """Give back a read booked by :meth:`take`, and let waiting reads in."""
+        self._unbook(key)
+        self.wake()
 
     @property
     def count(self) -> int:
@@ -135,3 +141,28 @@ class BodyReads:
             if isinstance(exc, TimeoutError):
                 raise self._full() from None
             raise
+
+
+class Reading:
+    """One body read's reservation: booked on entering the block, given back on leaving it.
+
+    A class, not an ``@asynccontextmanager``: every publish call enters one (issue 23).
+    """
+
+    __slots__ = ("_key", "_reads", "_wait_s")
+
+    def __init__(self, reads: BodyReads, key: str | None, wait_s: float) -> None:
+        self._reads = reads
+        self._key = key
+        self._wait_s = wait_s
+
+    async def __aenter__(self) -> None:
+        await self._reads.take(self._key, self._wait_s)
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self._reads.give(self._key)

@@ -20,8 +20,7 @@ overload from being written before it is sent again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
 from headwater.ingest.errors import OverloadedError
 
@@ -34,20 +33,31 @@ class Place:
         self._ahead = ahead
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """Wait until every earlier request of the gateway has issued its records.
+    def turn(self) -> Place:
+        """Wait (``async with``) until every earlier request of the gateway has issued its records.
 
         Leaving the block (normally, by a timeout or a cancellation, even while still
         waiting) hands the turn on, but never before the requests ahead have issued
         theirs: a request that gave up must not let a later one overtake an earlier one.
         """
-        try:
-            if self._ahead is not None and not self._ahead.done():
+        return self
+
+    async def __aenter__(self) -> None:
+        # A class, not an @asynccontextmanager: entered by every request (issue 23).
+        if self._ahead is not None and not self._ahead.done():
+            try:
                 await asyncio.shield(self._ahead)
-            yield
-        finally:
-            self.leave()
+            except BaseException:
+                self.leave()
+                raise
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self.leave()
 
     def leave(self) -> None:
         """Hand the turn on (idempotent); used directly by a request refused before its turn."""
