@@ -59,12 +59,12 @@ def _rows(broker: float | None = 200.0) -> list[Row]:
 
 def test_verdicts_set_the_servers_cpu_per_single_call_against_the_echo_servers() -> None:
     lines = {t["target"]: t for t in verdicts(_rows(), None)}
-    server = lines["server CPU per single call (info)"]
+    server = lines["server CPU per single call"]
     assert server["value"] == "520 µs = 3.2x the bare echo server's 165 µs"
     assert server["verdict"] == "info" and server["payload"] == 200
     ceiling = next(t for k, t in lines.items() if k.startswith("single-call rate / echo"))
     # (125 + 5 + 165 + 5) / (130 + 200 + 165) = 300 / 495
-    assert ceiling["value"].startswith(f"{300 / 495:.0%} (echo phase 300 µs CPU per call")
+    assert ceiling["value"].startswith(f"{300 / 495:.0%} = echo phase 300 µs CPU/call")
     assert "load gen 130 + broker 200 + echo server 165" in ceiling["value"]
     assert ceiling["verdict"] == "info"
     # The targets are as before: the rate ratio is still judged on the measured rates.
@@ -76,7 +76,7 @@ def test_without_the_brokers_cpu_the_ceiling_says_so() -> None:
     ceiling = [t for t in verdicts(_rows(broker=None), None) if "rate / echo" in t["target"]]
     assert len(ceiling) == 1
     # (125 + 165 + 5) / (130 + 165): the broker is left out of both sides.
-    assert ceiling[0]["value"].startswith(f"{295 / 295:.0%} (echo phase 295 µs")
+    assert ceiling[0]["value"].startswith(f"{295 / 295:.0%} = echo phase 295 µs")
     assert "broker not measured" in ceiling[0]["value"]
 
 

@@ -250,7 +250,7 @@ def cpu_lines(echo: Row, single: Row) -> list[tuple[str, str]]:
         return []
     lines = [
         (
-            "server CPU per single call (info)",
+            "server CPU per single call",
             f"{server:.0f} µs = {server / echo_server:.1f}x the bare echo server's "
             f"{echo_server:.0f} µs",
         )
@@ -261,11 +261,10 @@ def cpu_lines(echo: Row, single: Row) -> list[tuple[str, str]]:
     broker_text = "not measured" if broker is None else f"{broker:.0f}"
     lines.append(
         (
-            "single-call rate / echo these cores allow if the server cost what the echo "
-            "server does (info)",
-            f"{echo_total / others:.0%} (echo phase {echo_total:.0f} µs CPU per call in all / "
-            f"(load gen {load_gen:.0f} + broker {broker_text} + echo server "
-            f"{echo_server:.0f}) µs)",
+            "single-call rate / echo if the server cost what the echo server does",
+            f"{echo_total / others:.0%} = echo phase {echo_total:.0f} µs CPU/call, all "
+            f"processes / (load gen {load_gen:.0f} + broker {broker_text} + echo server "
+            f"{echo_server:.0f}) µs",
         )
     )
     return lines
