@@ -79,6 +79,12 @@ def test_scenarios_report_every_section(kafka_bootstrap: str, writer: str) -> No
         assert 0 < rows[key]["p50_ms"] <= rows[key]["p99_ms"], rows[key]
     for key in ("single", "batch", "stream"):
         assert 10 < rows[key]["server_peak_rss_mb"] < 2000, rows[key]
+    # Each process's CPU per message; the broker's is not measurable with --bootstrap.
+    for row in rows.values():
+        cpu = row["cpu_us_per_msg"]
+        assert set(cpu) == {"load_gen", "broker", "echo", "server"}, row
+        assert cpu["broker"] is None, row
+    assert rows["single"]["cpu_us_per_msg"]["server"] > 0
     verdicts = {t["target"].split(" ")[0]: t["verdict"] for t in report["targets"]}
     assert {"single-message", "batch"} <= set(verdicts)
     assert {t["verdict"] for t in report["targets"]} <= {"met", "MISSED", "info"}

@@ -62,10 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Per payload size: ceilings (echo RPC, raw aiokafka and confluent-kafka producers "
             "on the same records), then ingest single-message calls, batch calls and "
             "bidirectional streams. Prints msgs/s, MB/s (payload bytes), p50/p99 per call or "
-            "frame, the server's peak RSS, ratios to the ceilings and each target met or "
-            "missed. With --overload-seconds N it runs the overload checks instead: measure "
-            "capacity, offer 2x and 10x it open loop for N s each (RSS growth, share of "
-            "refusals that are RESOURCE_EXHAUSTED, goodput, time to OK after the load), then "
+            "frame, the server's peak RSS, the CPU each process (load generator, broker "
+            "when embedded, echo server, ingest server) spent per message in each scenario, "
+            "ratios to the ceilings, each target met or missed, and the ingest server's CPU "
+            "per single call against the echo server's. With --overload-seconds N it runs "
+            "the overload checks instead: measure capacity, offer 2x and 10x it open loop "
+            "for N s each (RSS growth, share of refusals that are RESOURCE_EXHAUSTED, "
+            "goodput, time to OK after the load), then "
             "the noisy neighbour: nine gateways at half their quota, alone and beside one "
             "at 10x its quota (goodput kept, p99 rise)."
         ),
@@ -166,10 +169,13 @@ def print_report(report: dict[str, Any]) -> None:
         f"server writer: {report['options']['writer']}; gRPC {_grpc(report['grpc'])}"
     )
     if report["results"]:
+        from headwater.bench.report import cpu_cell
+
+        results = [{**r, "cpu": cpu_cell(r.get("cpu_us_per_msg"))} for r in report["results"]]
         print()
         print(
             render(
-                report["results"],
+                results,
                 [
                     ("scenario", "scenario"),
                     ("payload", "payload B"),
@@ -180,6 +186,7 @@ def print_report(report: dict[str, Any]) -> None:
                     ("p99_ms", "p99 ms"),
                     ("failed", "failed"),
                     ("server_peak_rss_mb", "server peak RSS MB"),
+                    ("cpu", "CPU µs/msg: load gen / broker / echo / server"),
                 ],
             )
         )

@@ -3,7 +3,8 @@
 Processes: the broker (embedded Apache Kafka, or ``--bootstrap``), the ingest server
 (``headwater.bench.server_proc``, the same ``IngestServer`` as ``headwater ingest serve``),
 a bare grpc.aio echo server, and this process, the load generator. Every scenario uses a
-prefix of the same records and stops at ``--messages`` or ``--duration``, whichever first.
+prefix of the same records and stops at ``--messages`` or ``--duration``, whichever first;
+its row carries the CPU each of those processes spent per message during it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,7 +27,7 @@ import grpc
 from headwater import record_headers as rh
 from headwater.bench import gateway_overload, loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record
-from headwater.bench.report import Row, machine, make_row, verdicts
+from headwater.bench.report import Row, cpu_us_per_msg, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.auth import hash_token
 from headwater.ingest.settings import PRODUCERS
@@ -128,6 +129,7 @@ class _Run:
         echo: grpc.aio.Channel,
         tokens_path: Path | None = None,
         target: str = "",
+        cpu_pids: Mapping[str, int | None] | None = None,
     ) -> None:
         self.opts, self.bootstrap, self.pid = opts, bootstrap, pid
         self.ingest, self.echo = ingest, echo
@@ -135,41 +137,33 @@ class _Run:
         self.tokens_path = tokens_path
         #: The ingest server's address, for load-generator processes.
         self.target = target
+        #: The processes whose CPU per message every row carries (report.CPU_PROCESSES).
+        self.cpu_pids = dict(cpu_pids or {})
 
     def deadline(self) -> float:
         """When a scenario started now must stop."""
         return time.perf_counter() + self.opts.duration_s
 
-    async def server_scenario(
-        self, key: str, name: str, size: int, load: Callable[[], Awaitable[Measured]]
+    async def scenario(
+        self, key: str, name: str, kind: str, size: int, load: Callable[[], Awaitable[Measured]]
     ) -> Row:
-        """Run one ingest scenario; its row carries the server's peak RSS during it."""
-        server_proc.reset_peak(self.pid)
+        """Run one scenario: its row carries each process's CPU per message during it.
+
+        An ingest scenario's row also carries the server's peak RSS during it.
+        """
+        if kind == "ingest":
+            server_proc.reset_peak(self.pid)
+        before = server_proc.cpu_snapshot(self.cpu_pids)
         m = await load()
-        return make_row(key, name, "ingest", size, m, server_proc.status_mb(self.pid, "VmHWM"))
+        cpu = cpu_us_per_msg(before, server_proc.cpu_snapshot(self.cpu_pids), m.messages)
+        rss = server_proc.status_mb(self.pid, "VmHWM") if kind == "ingest" else None
+        return make_row(key, name, kind, size, m, rss, cpu)
 
     async def size_run(self, size: int) -> list[Row]:
         o, rows = self.opts, []
         records = make_records(o.messages, size)
         raw_topic = f"bench.raw.{size}"
         ensure_topics(self.bootstrap, [TopicSpec(raw_topic, 3, 1)])
-        m = await loadgen.raw_aiokafka(self.bootstrap, raw_topic, records, self.deadline())
-        rows.append(
-            make_row("raw_aiokafka", "raw aiokafka (same records + headers)", "ceiling", size, m)
-        )
-        m = await loadgen.raw_aiokafka(
-            self.bootstrap, raw_topic, records, self.deadline(), headers=False
-        )
-        rows.append(make_row("raw_aiokafka_bare", "raw aiokafka, no headers", "info", size, m))
-        m = await asyncio.to_thread(
-            loadgen.raw_confluent, self.bootstrap, raw_topic, records, self.deadline()
-        )
-        rows.append(
-            make_row(
-                "raw_confluent", "raw confluent-kafka producer (same records)", "ceiling", size, m
-            )
-        )
-
         singles = [length_field(1, value) for _, value, _ in records]
         n = o.batch_size
         batches = [b"".join(singles[i : i + n]) for i in range(0, len(singles), n)]
@@ -177,36 +171,49 @@ class _Run:
             b"".join(length_field(2, v) for _, v, _ in records[i : i + n])
             for i in range(0, len(records), n)
         ]
-        m = await loadgen.unary_load(
-            self.echo, ECHO_METHOD, singles, 1, o.single_callers, self.deadline()
-        )
-        rows.append(
-            make_row(
+        scenarios: list[tuple[str, str, str, Callable[[], Awaitable[Measured]]]] = [
+            (
+                "raw_aiokafka",
+                "raw aiokafka (same records + headers)",
+                "ceiling",
+                lambda: loadgen.raw_aiokafka(self.bootstrap, raw_topic, records, self.deadline()),
+            ),
+            (
+                "raw_aiokafka_bare",
+                "raw aiokafka, no headers",
+                "info",
+                lambda: loadgen.raw_aiokafka(
+                    self.bootstrap, raw_topic, records, self.deadline(), headers=False
+                ),
+            ),
+            (
+                "raw_confluent",
+                "raw confluent-kafka producer (same records)",
+                "ceiling",
+                lambda: asyncio.to_thread(
+                    loadgen.raw_confluent, self.bootstrap, raw_topic, records, self.deadline()
+                ),
+            ),
+            (
                 "echo_single",
                 f"bare grpc echo, 1 msg/call, {o.single_callers} callers",
                 "ceiling",
-                size,
-                m,
-            )
-        )
-        m = await loadgen.unary_load(
-            self.echo, ECHO_METHOD, batches, n, o.batch_callers, self.deadline()
-        )
-        rows.append(
-            make_row(
+                lambda: loadgen.unary_load(
+                    self.echo, ECHO_METHOD, singles, 1, o.single_callers, self.deadline()
+                ),
+            ),
+            (
                 "echo_batch",
                 f"bare grpc echo, {n} msgs/call, {o.batch_callers} callers",
                 "info",
-                size,
-                m,
-            )
-        )
-
-        rows.append(
-            await self.server_scenario(
+                lambda: loadgen.unary_load(
+                    self.echo, ECHO_METHOD, batches, n, o.batch_callers, self.deadline()
+                ),
+            ),
+            (
                 "single",
                 f"ingest single-message, {o.single_callers} callers",
-                size,
+                "ingest",
                 lambda: loadgen.unary_load(
                     self.ingest,
                     loadgen.PUBLISH,
@@ -216,13 +223,11 @@ class _Run:
                     self.deadline(),
                     loadgen.failed_in,
                 ),
-            )
-        )
-        rows.append(
-            await self.server_scenario(
+            ),
+            (
                 "batch",
                 f"ingest batch of {n}, {o.batch_callers} callers",
-                size,
+                "ingest",
                 lambda: loadgen.unary_load(
                     self.ingest,
                     loadgen.PUBLISH,
@@ -232,18 +237,18 @@ class _Run:
                     self.deadline(),
                     loadgen.failed_in,
                 ),
-            )
-        )
-        rows.append(
-            await self.server_scenario(
+            ),
+            (
                 "stream",
                 f"ingest streams ({o.streams}), frames of {n}, window {o.stream_window}",
-                size,
+                "ingest",
                 lambda: loadgen.stream_load(
                     self.ingest, frames, o.streams, self.deadline(), o.stream_window
                 ),
-            )
-        )
+            ),
+        ]
+        for key, name, kind, load in scenarios:
+            rows.append(await self.scenario(key, name, kind, size, load))
         return rows
 
     async def overload(self, size: int) -> dict[str, Any]:
@@ -618,6 +623,12 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
                 echo,
                 tokens_path,
                 f"127.0.0.1:{ingest_port}",
+                {
+                    "load_gen": os.getpid(),
+                    "broker": broker.pid if broker else None,
+                    "echo": echo_proc.pid,
+                    "server": ingest_proc.pid,
+                },
             )
             rows: list[Row] = []
             overload = None

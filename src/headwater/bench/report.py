@@ -24,6 +24,10 @@ NEIGHBOUR_GOODPUT = 0.95
 #: Issue 23: goodput of gateway-library clients during 2x and 10x overload.
 GATEWAY_GOODPUT = 0.90
 NEIGHBOUR_P99_RISE = 0.10
+#: The processes whose CPU per message every row carries, in the printed order: the load
+#: generator (the bench's own process), the broker (None with --bootstrap), the echo server
+#: and the ingest server.
+CPU_PROCESSES = ("load_gen", "broker", "echo", "server")
 
 
 @dataclass
@@ -41,10 +45,43 @@ class Row:
     p99_ms: float | None
     failed: int
     server_peak_rss_mb: float | None = None
+    #: µs of CPU per message each process (CPU_PROCESSES) spent during the scenario.
+    cpu_us_per_msg: dict[str, float | None] | None = None
+
+
+def cpu_us_per_msg(
+    before: dict[str, float | None], after: dict[str, float | None], messages: int
+) -> dict[str, float | None]:
+    """µs of CPU per message between two CPU-seconds snapshots (None: not measured)."""
+    out: dict[str, float | None] = {}
+    for name, start in before.items():
+        end = after.get(name)
+        if start is None or end is None or messages <= 0:
+            out[name] = None
+        else:
+            out[name] = round((end - start) * 1e6 / messages, 1)
+    return out
+
+
+def cpu_cell(cpu: dict[str, float | None] | None) -> str:
+    """CPU µs per message as one table cell, in CPU_PROCESSES order: "125 / 130 / 0.2 / 510"."""
+    if not cpu:
+        return "-"
+
+    def one(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+    return " / ".join(one(cpu.get(name)) for name in CPU_PROCESSES)
 
 
 def make_row(
-    key: str, name: str, kind: str, size: int, m: Measured, rss: float | None = None
+    key: str,
+    name: str,
+    kind: str,
+    size: int,
+    m: Measured,
+    rss: float | None = None,
+    cpu: dict[str, float | None] | None = None,
 ) -> Row:
     """Turn a measurement into a row: rate, MB/s of payload, p50/p99 per call or frame."""
 
@@ -65,6 +102,7 @@ def make_row(
         pct(0.99),
         m.failed,
         rss,
+        cpu,
     )
 
 
@@ -119,6 +157,8 @@ def verdicts(rows: list[Row], overload: dict[str, Any] | None) -> list[dict[str,
             f"{aiok.msgs_per_s / max(bare.msgs_per_s, 1):.0%}",
             None,
         )
+        for target, value in cpu_lines(echo, single):
+            add(size, target, value, None)
     if overload:
         size = overload["payload"]
         for w in overload["windows"]:
@@ -194,6 +234,40 @@ def verdicts(rows: list[Row], overload: dict[str, Any] | None) -> list[dict[str,
             nb["p99_rise"] <= NEIGHBOUR_P99_RISE,
         )
     return out
+
+
+def cpu_lines(echo: Row, single: Row) -> list[tuple[str, str]]:
+    """What the ingest server's CPU per single call costs against the bare echo server's.
+
+    Two information lines: the servers' CPU per call, and the single-call rate / echo rate
+    these shared cores would allow if the ingest server cost what the echo server does: the
+    echo phase's CPU per call in all (every process) over the single phase's load generator
+    and broker CPU per call plus the echo server's. Nothing when the CPU was not measured.
+    """
+    e, s = echo.cpu_us_per_msg or {}, single.cpu_us_per_msg or {}
+    echo_server, server = e.get("echo"), s.get("server")
+    if not echo_server or server is None:
+        return []
+    lines = [
+        (
+            "server CPU per single call",
+            f"{server:.0f} µs = {server / echo_server:.1f}x the bare echo server's "
+            f"{echo_server:.0f} µs",
+        )
+    ]
+    echo_total = sum(v for v in e.values() if v is not None)
+    load_gen, broker = s.get("load_gen") or 0.0, s.get("broker")
+    others = load_gen + (broker or 0.0) + echo_server
+    broker_text = "not measured" if broker is None else f"{broker:.0f}"
+    lines.append(
+        (
+            "single-call rate / echo if the server cost what the echo server does",
+            f"{echo_total / others:.0%} = echo phase {echo_total:.0f} µs CPU/call, all "
+            f"processes / (load gen {load_gen:.0f} + broker {broker_text} + echo server "
+            f"{echo_server:.0f}) µs",
+        )
+    )
+    return lines
 
 
 def machine() -> dict[str, Any]:

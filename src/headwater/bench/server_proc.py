@@ -64,6 +64,11 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(stat_fields(pid))
 
 
+def cpu_snapshot(pids: Mapping[str, int | None]) -> dict[str, float | None]:
+    """``cpu_seconds`` of each named process now; None for one without a pid here."""
+    return {name: None if pid is None else cpu_seconds(pid) for name, pid in pids.items()}
+
+
 def stat_fields(pid: int) -> list[str]:
     """The fields of ``/proc/<pid>/stat`` after the command name: [0] is field 3 (state)."""
     with open(f"/proc/{pid}/stat") as f:
