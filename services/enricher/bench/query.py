@@ -4,9 +4,10 @@
 (or uses ``--bootstrap-servers``), and for each fleet size and query, one query on one
 checkpoint (``local[2]`` unless ``--spark-master``):
 
-1. warm-up: records are offered at ``--rate`` msg/s, not measured, for at least
-   ``--warmup-seconds`` and then until the driver JVM's JIT compiled for less than
-   ``JIT_QUIET_MS`` in the last ``WARMUP_STEP`` seconds (``warm_up``);
+1. warm-up: records are offered at ``--rate`` msg/s, not measured, for
+   ``--warmup-seconds`` (``--first-warmup-seconds`` for the run's first query, in a cold
+   JVM): the JIT compiles the query's hot code meanwhile (JFR: our operator's methods and
+   Spark's per-row ones compiled within ~40 s of a cold start, ~20 s of a warm one);
 2. latency: offered at ``--rate`` for ``--seconds``; ingest received-at to completion
    visible, p50/p99, and CPU time per message by part (``bench/cpu.py``: Spark's JVM, its
    Python workers, the broker);
@@ -17,8 +18,9 @@ checkpoint (``local[2]`` unless ``--spark-master``):
    the median rate of the full batches after the first ``STEADY_SKIP`` (``steady_rate``),
    printed with every batch's rate and the spread, and the CPU per message of the drain.
 
-Each measured phase prints the milliseconds the JIT spent compiling in it (``jit_ms_*``):
-about 0 when the phase ran compiled code. The queries, in one run: the enricher (its state
+Each measured phase prints the milliseconds the driver JVM's JIT spent compiling in it
+(``jit_ms_*``): never 0, Spark plans and generates code for every batch, but a hot phase
+shows as seconds of it. The queries, in one run: the enricher (its state
 operator from ``--operator``, ``jvm`` by default), then its floors (``--floors``,
 ``bench/floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
 ``floor-stateless``, one Python ``mapInArrow`` hop and the sink, no state;
@@ -219,7 +221,7 @@ def bench_fleet(
     operator: str = "python",
     warmup: float = 0.0,
     trigger_seconds: float = 0.5,
-    batch_records: int = 10_000,
+    batch_records: int = EnricherSettings.max_records_per_trigger,
 ) -> dict[str, Any]:
     """Run the measurements for one fleet size, of one query (``QUERIES``).
 
@@ -264,7 +266,7 @@ def bench_fleet(
 
     phase("warm-up")
     p = _producer(bootstrap)
-    warm, warmed_for = warm_up(p, spark, topics.ingest[0], rate, warmup, devices, run)
+    warm = offer(p, topics.ingest[0], 0, rate, warmup, devices, run)
     jit_before = jit_ms(spark)
     phase("offered (measured)")
     watch.measure_after_ms = int(time.time() * 1000)
@@ -329,7 +331,7 @@ def bench_fleet(
         "ratio_to_ceiling": round(steady["msgs_per_s"] / ceiling, 3),
         "offered_rate_msgs_per_s": rate,
         "offered_seconds": seconds,
-        "warmup_seconds": round(warmed_for),
+        "warmup_seconds": warmup,
         # Milliseconds the JIT spent compiling during each measured phase (steady: ~0).
         "jit_ms_offered": jit_offered,
         "jit_ms_drain": jit_drain,
@@ -351,35 +353,10 @@ def bench_fleet(
     }
 
 
-#: Warm-up: offered in steps of this many seconds, until the JIT compiled for less than
-#: ``JIT_QUIET_MS`` during the last one (after ``--warmup-seconds``, at most ``WARMUP_MAX``).
-WARMUP_STEP, JIT_QUIET_MS, WARMUP_MAX = 5.0, 250, 120.0
-
-
 def jit_ms(spark: Any) -> int:
     """Return the milliseconds the driver JVM's JIT has spent compiling so far."""
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     return int(management.getCompilationMXBean().getTotalCompilationTime())
-
-
-def warm_up(
-    p: Any, spark: Any, topic: str, rate: int, least: float, devices: int, run: str
-) -> tuple[int, float]:
-    """Offer ``rate`` msg/s until the JIT is quiet; return (records sent, seconds).
-
-    At least ``least`` seconds (0: no warm-up), then step by step until one step saw less
-    than ``JIT_QUIET_MS`` of compilation, or ``WARMUP_MAX`` seconds.
-    """
-    sent, start = 0, time.monotonic()
-    if least <= 0:
-        return 0, 0.0
-    sent += offer(p, topic, sent, rate, least, devices, run)
-    while time.monotonic() - start < WARMUP_MAX:
-        before = jit_ms(spark)
-        sent += offer(p, topic, sent, rate, WARMUP_STEP, devices, run)
-        if jit_ms(spark) - before < JIT_QUIET_MS:
-            break
-    return sent, time.monotonic() - start
 
 
 def _wait_for(watch: CompletionWatch, query: Any, count: int, seconds: float) -> None:
@@ -553,20 +530,23 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one JSON line per fleet size."""
     parser = argparse.ArgumentParser(
-        prog="python -m headwater.enricher.bench", description=__doc__.split("\n")[0]
+        prog="python -m headwater.enricher.bench",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--devices", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument(
         "--messages",
         type=int,
-        default=120_000,
+        default=240_000,
         help="the backlog drained for sustained msg/s: at least 10 batches of --batch-records",
     )
     parser.add_argument(
         "--batch-records",
         type=int,
-        default=10_000,
-        help="records per micro-batch while draining (maxOffsetsPerTrigger); the sustained "
+        default=EnricherSettings.max_records_per_trigger,
+        help="records per micro-batch while draining (maxOffsetsPerTrigger; the enricher's "
+        "default); the sustained "
         f"rate is the median of the full batches after the first {STEADY_SKIP}",
     )
     parser.add_argument(
@@ -576,10 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup-seconds",
         type=float,
-        default=20.0,
-        help="offered load before each query's latency phase and drain, not measured: at "
-        f"least this long, then until the JIT compiled for under {JIT_QUIET_MS} ms in "
-        f"{WARMUP_STEP:g} s (at most {WARMUP_MAX:g} s in all; 0: no warm-up)",
+        default=30.0,
+        help="offered load before each query's latency phase and drain, not measured: the "
+        "JIT compiles the query's code (0: none)",
+    )
+    parser.add_argument(
+        "--first-warmup-seconds",
+        type=float,
+        default=60.0,
+        help="the same for the run's first query, which meets a cold JVM",
     )
     parser.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
@@ -645,27 +630,29 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = setting.partition("=")
         spark.conf.set(key, value)
 
-    def measure(devices: int, kind: str, messages: int, seconds: int) -> dict[str, Any]:
+    def measure(devices: int, kind: str, warmup: float) -> dict[str, Any]:
         return bench_fleet(
             spark,
             bootstrap,
             devices,
-            messages,
+            args.messages,
             args.rate,
-            seconds,
+            args.seconds,
             kind,
             args.floor_buckets,
             args.operator,
-            warmup=args.warmup_seconds,
+            warmup=warmup,
             trigger_seconds=args.trigger_seconds,
             batch_records=args.batch_records,
         )
 
     try:
-        results = []
+        results: list[dict[str, Any]] = []
         for devices in args.devices:
             for kind in ["enricher", *([] if args.no_floor else args.floors)]:
-                result = measure(devices, kind, args.messages, args.seconds)
+                # The first query meets a cold JVM: it warms up longer.
+                warmup = args.warmup_seconds if results else args.first_warmup_seconds
+                result = measure(devices, kind, warmup if args.warmup_seconds > 0 else 0)
                 results.append(result)
                 print(json.dumps(result), flush=True)
         for line in check_targets(results):
