@@ -191,3 +191,48 @@ def test_cpu_parts_are_named_by_command_line() -> None:
         _part("/usr/bin/java -cp spark/jars/* org.apache.spark.deploy.SparkSubmit") == "spark_jvm"
     )
     assert _part("/venv/bin/python -m headwater.enricher.bench") == "bench"
+
+
+def _progress(batch_id: int, rows: int, trigger_ms: int) -> str:
+    return json.dumps(
+        {"batchId": batch_id, "numInputRows": rows, "durationMs": {"triggerExecution": trigger_ms}}
+    )
+
+
+def test_the_sustained_rate_is_the_median_of_the_full_batches_after_the_first_ones() -> None:
+    """steady_rate: full batches only, the restarted query's first two left out, the median."""
+    from headwater.enricher.bench.query import steady_rate
+
+    progress = [
+        _progress(7, 0, 5),  # an empty batch (timers only)
+        _progress(8, 10_000, 4_000),  # the restarted query's first batches: slow
+        _progress(9, 10_000, 2_000),
+        *[_progress(10 + i, 10_000, ms) for i, ms in enumerate([1_000, 800, 1_250, 1_000, 500])],
+        _progress(15, 3_000, 100),  # the backlog's last, partial batch
+    ]
+    got = steady_rate(list(reversed(progress)), 10_000)  # in batch order whatever the input
+    assert got["batches"] == [2_500, 5_000, 10_000, 12_500, 8_000, 10_000, 20_000]
+    assert got["msgs_per_s"] == 10_000
+    assert got["spread"] == {
+        "steady_batches": 5,
+        "min": 8_000,
+        "median": 10_000,
+        "max": 20_000,
+        "max_over_min": 2.5,
+    }
+
+
+def test_the_sustained_rate_is_zero_without_a_steady_batch() -> None:
+    from headwater.enricher.bench.query import steady_rate
+
+    got = steady_rate([_progress(0, 10_000, 1_000), _progress(1, 10_000, 1_000)], 10_000)
+    assert got["msgs_per_s"] == 0
+    assert got["batches"] == [10_000, 10_000]
+    assert got["spread"]["steady_batches"] == 0
+
+
+def test_the_benchmark_wants_at_least_ten_drain_batches() -> None:
+    from headwater.enricher.bench.query import main
+
+    with pytest.raises(SystemExit):
+        main(["--messages", "30000", "--batch-records", "10000"])

@@ -1,25 +1,31 @@
-"""Benchmark: raw confluent-kafka ceiling vs. the enricher on local Spark, and latency.
+"""Benchmark: the enricher on local Spark against its floors: latency, CPU, sustained rate.
 
 ``python -m headwater.enricher.bench --devices 1000 10000`` starts an embedded broker
-(or uses ``--bootstrap-servers``), and for each fleet size and query:
+(or uses ``--bootstrap-servers``), and for each fleet size and query, one query on one
+checkpoint (``local[2]`` unless ``--spark-master``):
 
-1. fills an ingest topic with ``--messages`` telemetry records (all devices have master data);
-2. raw ceiling: one confluent-kafka consumer reads them and a producer writes the same
-   number of records (acks=all), no Spark;
-3. drain: the query (``local[2]`` unless ``--spark-master``) drains the same backlog;
-   sustained msg/s is measured from the first to the last completion;
-4. latency: records are offered at ``--rate`` msg/s, first for ``--warmup-seconds`` (not
-   measured: the JVM is still compiling the query's code), then for ``--seconds``; ingest
-   received-at to completion visible, p50/p99, and CPU time per message by part
-   (``bench/cpu.py``: Spark's JVM, its Python workers, the broker).
+1. warm-up: records are offered at ``--rate`` msg/s, not measured, for
+   ``--warmup-seconds`` (``--first-warmup-seconds`` for the run's first query, in a cold
+   JVM): the JIT compiles the query's hot code meanwhile (JFR: our operator's methods and
+   Spark's per-row ones compiled within ~40 s of a cold start, ~20 s of a warm one);
+2. latency: offered at ``--rate`` for ``--seconds``; ingest received-at to completion
+   visible, p50/p99, and CPU time per message by part (``bench/cpu.py``: Spark's JVM, its
+   Python workers, the broker);
+3. the query stops; ``--messages`` records are written as a backlog; raw ceiling: one
+   confluent-kafka consumer reads as many and a producer writes them (acks=all), no Spark;
+4. drain: the same query, restarted from its checkpoint in the same warm JVM, drains the
+   backlog back to back in batches of ``--batch-records`` (at least 10); sustained msg/s is
+   the median rate of the full batches after the first ``STEADY_SKIP`` (``steady_rate``),
+   printed with every batch's rate and the spread, and the CPU per message of the drain.
 
-Before the first query, one unmeasured enricher run (a backlog of up to 20,000 records and
-``--warmup-seconds`` of offered load) compiles the JVM's code, so the enricher, measured
-first, does not meet a colder JVM than its floors. The queries, in one run: the enricher
-(its state operator from ``--operator``, ``jvm`` by
-default), then its floors (``--floors``, ``bench/floor.py``): ``floor-jvm``, the JVM keyed
-operator with no work and no Python hop; ``floor-stateless``, one Python ``mapInArrow`` hop
-and the sink, no state; ``floor-python``, PySpark's row-based keyed state with no work.
+Each measured phase prints the milliseconds the driver JVM's JIT spent compiling in it
+(``jit_ms_*``): never 0, Spark plans and generates code for every batch, but a hot phase
+shows as seconds of it. The queries, in one run: the enricher (its state
+operator from ``--operator``, ``jvm`` by default), then its floors (``--floors``,
+``bench/floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
+``floor-stateless``, one Python ``mapInArrow`` hop and the sink, no state;
+``floor-python``, PySpark's row-based keyed state with no work. Every query is measured
+the same way.
 
 It prints one JSON line per fleet size and query (with where a micro-batch's time goes:
 ``profile_drain``, ``profile_offered``), then each target of issue 27 with met/missed, the
@@ -29,9 +35,11 @@ floors' figures beside it. Numbers, not assertions: this is not a test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -87,11 +95,13 @@ def telemetry_record(
     return device.encode(), dm.SerializeToString(), headers
 
 
-def fill_backlog(bootstrap: str, topic: str, n: int, devices: int, run: str) -> None:
-    """Produce ``n`` telemetry records of ``devices`` devices to ``topic`` (acks=all)."""
+def fill_backlog(
+    bootstrap: str, topic: str, n: int, devices: int, run: str, first: int = 0
+) -> None:
+    """Produce records ``first`` to ``first + n`` of ``devices`` devices to ``topic`` (acks=all)."""
     p = _producer(bootstrap)
     now = int(time.time() * 1000)
-    for i in range(n):
+    for i in range(first, first + n):
         key, value, headers = telemetry_record(i, devices, run, now)
         while True:
             try:
@@ -115,7 +125,8 @@ def _masters(bootstrap: str, topic: str, devices: int) -> None:
     p.flush(120)
 
 
-def _consumer(bootstrap: str, topic: str) -> Consumer:
+def _consumer(bootstrap: str, topic: str, from_end: bool = False) -> Consumer:
+    """Return a consumer of every partition of ``topic``, from the start or from its end now."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -124,7 +135,10 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
         }
     )
     meta = c.list_topics(topic, timeout=10).topics[topic]
-    c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    starts = {p: 0 for p in meta.partitions}
+    if from_end:
+        starts = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in starts}
+    c.assign([TopicPartition(topic, p, at) for p, at in starts.items()])
     return c
 
 
@@ -151,9 +165,9 @@ def raw_ceiling(bootstrap: str, source: str, sink: str, n: int) -> float:
 class CompletionWatch(threading.Thread):
     """Counts completions as they become visible; records ingest-to-visible latency."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, from_end: bool = False) -> None:
         super().__init__(daemon=True)
-        self.c = _consumer(bootstrap, topic)
+        self.c = _consumer(bootstrap, topic, from_end)
         self.count, self.first_t, self.last_t = 0, 0.0, 0.0
         self.latency_ms: list[float] = []
         self.stop_flag = False
@@ -207,8 +221,16 @@ def bench_fleet(
     operator: str = "python",
     warmup: float = 0.0,
     trigger_seconds: float = 0.5,
+    batch_records: int = EnricherSettings.max_records_per_trigger,
 ) -> dict[str, Any]:
-    """Run the three measurements for one fleet size, of one query (``QUERIES``)."""
+    """Run the measurements for one fleet size, of one query (``QUERIES``).
+
+    In this order, one query on one checkpoint: offered load for ``warmup`` seconds (not
+    measured: the JIT compiles the query's code), offered load for ``seconds`` (latency and
+    CPU per message); then the query is stopped, a backlog of ``n`` records is written, and
+    the query restarted from its checkpoint drains it in batches of ``batch_records``
+    (sustained msg/s: ``steady_rate`` of those batches).
+    """
     from headwater.enricher.driver import job
 
     topics = EnricherTopics.with_prefix(f"bench{uuid.uuid4().hex[:6]}.")
@@ -216,8 +238,6 @@ def bench_fleet(
     ensure_topics(bootstrap, [TopicSpec(t, 4, 1, {}) for t in names])
     _masters(bootstrap, topics.master, devices)
     run = uuid.uuid4().hex[:6]
-    fill_backlog(bootstrap, topics.ingest[0], n, devices, run)
-    ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
 
     profile_dir = tempfile.mkdtemp(prefix="bench-profile-")
     stats_path = os.path.join(profile_dir, "sink-stats.jsonl")
@@ -225,77 +245,167 @@ def bench_fleet(
         checkpoint_location=tempfile.mkdtemp(prefix="bench-cp-"),
         profile_dir=profile_dir,
         starting_offsets="earliest",
-        max_records_per_trigger=max(n // 4, 10000),
+        max_records_per_trigger=batch_records,
         trigger_interval_seconds=trigger_seconds,
         topics=topics,
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
         state_operator=operator,
     )
+    transform = _transform(query_kind, floor_buckets)
     watch = CompletionWatch(bootstrap, topics.completions)
     watch.start()
-    query = job.start(spark, settings, stats_path, _transform(query_kind, floor_buckets))
-    deadline = time.monotonic() + 900
-    while watch.count < n and time.monotonic() < deadline and query.isActive:
-        time.sleep(0.2)
-    if not query.isActive:
-        raise RuntimeError(f"the {query_kind} query stopped: {query.exception()}")
-    drain_end_ms = int(time.time() * 1000)
-    first_batch = query.recentProgress[0].get("numInputRows", 0) if query.recentProgress else 0
-    drained = watch.count
-    window = max(watch.last_t - watch.first_t, 1e-6)
-    sustained = (
-        max(drained - first_batch, 0) / window if drained > first_batch else drained / window
-    )
+    query = job.start(spark, settings, stats_path, transform)
 
-    # Steady offered load: paced producer with received-at = send time. The first
-    # ``warmup`` seconds are not measured: the JIT is still compiling the query's code then
-    # (jdk.Compilation: 6.7 s of compile time in the last 22 s of a 60 s run), and the
-    # floors, measured later in the same JVM, would otherwise meet a warmer one.
+    # Offered load: paced producer with received-at = send time. The first ``warmup``
+    # seconds are not measured: the JIT is still compiling the query's code then (JFR's
+    # jdk.Compilation: seconds of compilations over 100 ms each in every 10 s of a run
+    # with a 10 s warm-up), and the floors, measured later in the same JVM, would
+    # otherwise meet a warmer one.
+    def phase(name: str) -> None:  # on stderr, timed: to line up a profile with the phases
+        print(f"bench: {query_kind}, {devices} devices: {name}", file=sys.stderr, flush=True)
+
+    phase("warm-up")
     p = _producer(bootstrap)
-    warm = offer(p, topics.ingest[0], n, rate, warmup, devices, run)
+    warm = offer(p, topics.ingest[0], 0, rate, warmup, devices, run)
+    jit_before = jit_ms(spark)
+    phase("offered (measured)")
     watch.measure_after_ms = int(time.time() * 1000)
     measured_from = watch.count
     cpu_before = bench_cpu.snapshot()
-    sent = offer(p, topics.ingest[0], n + warm, rate, seconds, devices, run)
+    sent = offer(p, topics.ingest[0], warm, rate, seconds, devices, run)
     sent += warm
-    target = n + sent
-    deadline = time.monotonic() + 120
-    while watch.count < target and time.monotonic() < deadline:
-        time.sleep(0.2)
+    _wait_for(watch, query, sent, 120)
+    jit_offered = jit_ms(spark) - jit_before
     cpu_offered = bench_cpu.per_message_us(
         cpu_before, bench_cpu.snapshot(), watch.count - measured_from
     )
+    offered_end_ms = int(time.time() * 1000)
     time.sleep(2 * settings.trigger_interval_seconds + 1)  # the last batches report progress
-    progress = [p.json for p in query.recentProgress]
+    offered_progress = [q.json for q in query.recentProgress]
     query.stop()
-    watch.stop_flag = True
+    watch.stop_flag = True  # latencies of the offered phase only
     watch.join(10)
     lat = watch.latency_ms
+
+    # Drain: the backlog is written while the query is stopped (the producer does not
+    # share the cores with it), then the same query, restarted from its checkpoint in
+    # the same warm JVM, drains it in equal batches of ``batch_records``.
+    phase("backlog")
+    fill_backlog(bootstrap, topics.ingest[0], n, devices, run, first=sent)
+    ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
+    drain_watch = CompletionWatch(bootstrap, topics.completions, from_end=True)
+    drain_watch.start()
+    drain_start_ms = int(time.time() * 1000)
+    phase("drain")
+    cpu_before, jit_before = bench_cpu.snapshot(), jit_ms(spark)
+    # Back to back: a trigger interval longer than a batch would cap the faster query and
+    # leave the cores idle between its batches.
+    back_to_back = dataclasses.replace(settings, trigger_interval_seconds=0.0)
+    query = job.start(spark, back_to_back, stats_path, transform)
+    _wait_for(drain_watch, query, n, 900)
+    jit_drain = jit_ms(spark) - jit_before
+    phase("drained")
+    cpu_drain = bench_cpu.per_message_us(cpu_before, bench_cpu.snapshot(), n)
+    drain_end_ms = int(time.time() * 1000)
+    time.sleep(2 * settings.trigger_interval_seconds + 1)
+    drain_progress = [q.json for q in query.recentProgress]
+    query.stop()
+    drain_watch.stop_flag = True
+    drain_watch.join(10)
+    steady = steady_rate(drain_progress, batch_records)
+    window = max(drain_watch.last_t - drain_watch.first_t, 1e-6)
     return {
         "query": query_kind
         + (f" ({floor_buckets} buckets)" if query_kind == "floor-python" and floor_buckets else ""),
         "operator": operator if query_kind == "enricher" else "",
         "devices": devices,
         "backlog_messages": n,
+        "batch_records": batch_records,
         "raw_ceiling_msgs_per_s": round(ceiling),
-        "enricher_events_per_s": round(sustained),
-        "ratio_to_ceiling": round(sustained / ceiling, 3),
+        # Sustained: the median rate of the drain's steady batches (``steady_rate``).
+        "enricher_events_per_s": steady["msgs_per_s"],
+        "drain_batches_msgs_per_s": steady["batches"],
+        "drain_steady_spread": steady["spread"],
+        # The whole drain, first to last completion seen (start-up included): for reference.
+        "drain_first_to_last_msgs_per_s": round(max(drain_watch.count - 1, 0) / window),
+        "ratio_to_ceiling": round(steady["msgs_per_s"] / ceiling, 3),
         "offered_rate_msgs_per_s": rate,
         "offered_seconds": seconds,
         "warmup_seconds": warmup,
+        # Milliseconds the JIT spent compiling during each measured phase (steady: ~0).
+        "jit_ms_offered": jit_offered,
+        "jit_ms_drain": jit_drain,
         "trigger_seconds": trigger_seconds,
         "offered_sent": sent,
-        "completed_under_load": watch.count - n,
+        "completed_under_load": watch.count,
         "latency_ms_p50": round(percentile(lat, 0.5)),
         "latency_ms_p99": round(percentile(lat, 0.99)),
-        # CPU per message of the offered phase, by part (bench_cpu): the figure that moves
-        # least with the machine's other load.
+        # CPU per message by part (bench_cpu): the figure that moves least with the
+        # machine's other load; offered at ``rate``, and draining the backlog.
         "cpu_offered": cpu_offered,
-        "profile_drain": batch_profile(progress, profile_dir, stats_path, 0, drain_end_ms),
+        "cpu_drain": cpu_drain,
+        "profile_drain": batch_profile(
+            drain_progress, profile_dir, stats_path, drain_start_ms, drain_end_ms + 1
+        ),
         "profile_offered": batch_profile(
-            progress, profile_dir, stats_path, watch.measure_after_ms, 2**62
+            offered_progress, profile_dir, stats_path, watch.measure_after_ms, offered_end_ms + 1
         ),
     }
+
+
+def jit_ms(spark: Any) -> int:
+    """Return the milliseconds the driver JVM's JIT has spent compiling so far."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    return int(management.getCompilationMXBean().getTotalCompilationTime())
+
+
+def _wait_for(watch: CompletionWatch, query: Any, count: int, seconds: float) -> None:
+    """Wait until ``watch`` has seen ``count`` completions; raise if the query stopped."""
+    deadline = time.monotonic() + seconds
+    while watch.count < count and time.monotonic() < deadline and query.isActive:
+        time.sleep(0.2)
+    if not query.isActive:
+        raise RuntimeError(f"the query stopped: {query.exception()}")
+
+
+#: Full drain batches left out at the start of the drain (the restarted query's first
+#: batches: state stores opened, plans made) before the steady ones are counted.
+STEADY_SKIP = 2
+
+
+def steady_rate(
+    progress_json: list[str], batch_records: int, skip: int = STEADY_SKIP
+) -> dict[str, Any]:
+    """Return the sustained rate of a drain: the median over its steady batches.
+
+    Each batch's rate is its rows over its whole trigger (``durationMs.triggerExecution``:
+    offsets, planning, write-ahead log, the batch, commit), Spark's
+    ``processedRowsPerSecond``. Steady batches are the full ones (``batch_records`` rows:
+    the backlog's last, partial batch is not) after the first ``skip`` of them.
+
+    Returns ``msgs_per_s`` (the median, 0 without a steady batch), ``batches`` (every full
+    batch's rate in order, the skipped ones included) and ``spread`` (count, min, median
+    and max of the steady batches, and max/min).
+    """
+    full = [
+        b
+        for b in (json.loads(p) for p in progress_json)
+        if b.get("numInputRows", 0) == batch_records
+    ]
+    full.sort(key=lambda b: b["batchId"])
+    rates = [
+        b["numInputRows"] / max(b["durationMs"].get("triggerExecution", 0), 1) * 1000 for b in full
+    ]
+    steady = rates[skip:]
+    median = statistics.median(steady) if steady else 0.0
+    spread = {
+        "steady_batches": len(steady),
+        "min": round(min(steady)) if steady else 0,
+        "median": round(median),
+        "max": round(max(steady)) if steady else 0,
+        "max_over_min": round(max(steady) / min(steady), 3) if steady else 0.0,
+    }
+    return {"msgs_per_s": round(median), "batches": [round(r) for r in rates], "spread": spread}
 
 
 #: The queries one run can measure: the enricher and its floors (``bench/floor.py``).
@@ -420,10 +530,25 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one JSON line per fleet size."""
     parser = argparse.ArgumentParser(
-        prog="python -m headwater.enricher.bench", description=__doc__.split("\n")[0]
+        prog="python -m headwater.enricher.bench",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--devices", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--messages", type=int, default=100_000, help="backlog size for throughput")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=240_000,
+        help="the backlog drained for sustained msg/s: at least 10 batches of --batch-records",
+    )
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=EnricherSettings.max_records_per_trigger,
+        help="records per micro-batch while draining (maxOffsetsPerTrigger; the enricher's "
+        "default); the sustained "
+        f"rate is the median of the full batches after the first {STEADY_SKIP}",
+    )
     parser.add_argument(
         "--rate", type=int, default=5000, help="offered msg/s for the latency phase"
     )
@@ -431,9 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup-seconds",
         type=float,
-        default=10.0,
-        help="offered load before each latency phase, and one enricher run before the "
-        "first query, not measured (the JIT warms up; 0: none)",
+        default=30.0,
+        help="offered load before each query's latency phase and drain, not measured: the "
+        "JIT compiles the query's code (0: none)",
+    )
+    parser.add_argument(
+        "--first-warmup-seconds",
+        type=float,
+        default=60.0,
+        help="the same for the run's first query, which meets a cold JVM",
     )
     parser.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
@@ -446,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
         "--trigger-seconds",
         type=float,
         default=0.5,
-        help="the queries' trigger interval (HEADWATER_ENRICHER_TRIGGER_INTERVAL; 0: back to back)",
+        help="the queries' trigger interval under offered load "
+        "(HEADWATER_ENRICHER_TRIGGER_INTERVAL; 0: back to back); the drain runs back to back",
     )
     parser.add_argument(
         "--operator",
@@ -476,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a Spark SQL setting for both queries, to measure a lever (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.batch_records < 1 or args.messages // args.batch_records < 10:
+        parser.error("--messages must hold at least 10 batches of --batch-records")
 
     from headwater.devstack.broker import EmbeddedBroker
     from headwater.enricher.driver import job
@@ -496,31 +630,29 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = setting.partition("=")
         spark.conf.set(key, value)
 
-    def measure(devices: int, kind: str, messages: int, seconds: int) -> dict[str, Any]:
+    def measure(devices: int, kind: str, warmup: float) -> dict[str, Any]:
         return bench_fleet(
             spark,
             bootstrap,
             devices,
-            messages,
+            args.messages,
             args.rate,
-            seconds,
+            args.seconds,
             kind,
             args.floor_buckets,
             args.operator,
-            warmup=args.warmup_seconds,
+            warmup=warmup,
             trigger_seconds=args.trigger_seconds,
+            batch_records=args.batch_records,
         )
 
     try:
-        if args.warmup_seconds > 0:
-            # One unmeasured enricher run first: the enricher is measured first, in a JVM
-            # that has not compiled its code yet, and its floors after it in a warm one.
-            measure(args.devices[0], "enricher", min(args.messages, 20_000), 0)
-            print("warm-up run done (not measured)", file=sys.stderr, flush=True)
-        results = []
+        results: list[dict[str, Any]] = []
         for devices in args.devices:
             for kind in ["enricher", *([] if args.no_floor else args.floors)]:
-                result = measure(devices, kind, args.messages, args.seconds)
+                # The first query meets a cold JVM: it warms up longer.
+                warmup = args.warmup_seconds if results else args.first_warmup_seconds
+                result = measure(devices, kind, warmup if args.warmup_seconds > 0 else 0)
                 results.append(result)
                 print(json.dumps(result), flush=True)
         for line in check_targets(results):
