@@ -116,7 +116,10 @@ class FrameWriter:
         except BaseException:
             place.leave()
             raise
-        unacked: list[asyncio.Future] = []
+        # Every record sent for this request, as it is sent: whatever ends the write (the
+        # deadline, or the caller cancelling the call mid-wait), the bytes of those the
+        # producer still holds stay counted until it is done with them.
+        pending: list[tuple[int, str, asyncio.Future]] = []
         try:
             frame = split(data)
             self._check_frame(frame)
@@ -126,12 +129,12 @@ class FrameWriter:
             deadline = asyncio.get_running_loop().time() + budget_s
             self.inflight_requests += 1
             try:
-                results = await self._produce_all(ep, frame, gateway, deadline, unacked, place)
+                results = await self._produce_all(ep, frame, gateway, deadline, pending, place)
             finally:
                 self.inflight_requests -= 1
         finally:
             place.leave()
-            _release_when_acked(ticket, unacked)
+            _release_when_acked(ticket, [f for _, _, f in pending if not f.done()])
         self._record_messages(ep, frame, results)
         _raise_if_nothing_written(results)
         return frame, results
@@ -157,17 +160,15 @@ class FrameWriter:
         frame: wire.RawFrame,
         gateway: Gateway,
         deadline: float,
-        unacked: list[asyncio.Future],
+        pending: list[tuple[int, str, asyncio.Future]],
         place: Place,
     ) -> list[api.MessageResult]:
         """Produce a frame's valid messages in its turn; wait for their acks until ``deadline``.
 
-        ``unacked`` receives the records still in the producer's queue at the deadline:
-        their bytes stay counted until the producer is done with them.
+        ``pending`` receives (index, message id, future) of each record as it is sent.
         """
         loop = asyncio.get_running_loop()
         results: list[api.MessageResult | None] = [None] * len(frame.messages)
-        pending: list[tuple[int, str, asyncio.Future]] = []
         last_key = ""  # the device id of the last record queued, for the span
         produce_started = time.perf_counter()
         span = trace.get_current_span()  # the call's (or stream frame's)
@@ -219,8 +220,6 @@ class FrameWriter:
                     await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
             for i, message_id, future in pending:
                 results[i] = _ack_result(message_id, future)
-                if not future.done():
-                    unacked.append(future)
             if len(frame.messages) == 1 and pending and results[0] is not None:
                 # One record: its key and where it landed, by the messaging conventions.
                 span.set_attribute("messaging.kafka.message.key", last_key)

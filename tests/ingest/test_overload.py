@@ -9,6 +9,7 @@ the partition and offset it was given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -330,3 +331,23 @@ async def test_a_fatal_producer_error_releases_the_bytes_of_every_unacknowledged
     broker.proxy.heal()
     await running.server.ready(within_s=RECOVER_WITHIN_S)  # the replacement producer
     assert_in_kafka(broker.bootstrap, await until_ok(running))
+
+
+async def test_a_call_cancelled_while_waiting_for_acks_keeps_its_bytes_counted(
+    broker, ingest_settings, start_ingest
+):
+    """A gateway that gives up mid-call frees no bytes its records still hold in the producer."""
+    running = await start_ingest(on(broker, ingest_settings))
+    admission = running.server._servicer._admission
+    broker.proxy.stall()
+    call = asyncio.create_task(
+        publish(running, [device_message(payload=b"x" * 4000)], deadline_s=30)
+    )
+    await wait_for(lambda: admission.in_use > 0)  # admitted; its record is sent, unacked
+    call.cancel()  # the gateway goes away: gRPC cancels the server's handler
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    await wait_for(lambda: admission.rpcs == 0)  # the handler has ended
+    assert admission.in_use > 0, "the cancelled call's bytes were freed while still queued"
+    broker.proxy.heal()
+    await wait_for(lambda: admission.in_use == 0, within_s=15)  # the ack releases them
