@@ -25,8 +25,9 @@ request is parsed, in this order (cheapest and most protective first):
 5. once the body is read, the checks with its real size (:meth:`Admission.admit`):
    request bytes are counted from then until the producer has acknowledged (or failed)
    every record made from them, so bytes in the producer's queue after a call timed out
-   still count. The producer's own queue limits are derived from the same bound
-   (:func:`producer_queue_limits`), so neither can grow past it.
+   or was cancelled by its caller still count. The producer's own queue limits are
+   derived from the same bound (:func:`producer_queue_limits`), so neither can grow past
+   it.
 
 Calls gRPC has accepted but the event loop has not yet started are bounded in gRPC's core
 (``server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
