@@ -39,7 +39,6 @@ RESOURCE_EXHAUSTED with a retry delay moves the waiting to the gateway's spool.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
@@ -51,7 +50,7 @@ from headwater.ingest.body_reads import BodyReads, Reading
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
-from headwater.ingest.slots import Slots
+from headwater.ingest.slots import Slot, Slots
 
 #: Bytes the service adds to a record beyond the message itself: the key and the headers
 #: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).
@@ -197,33 +196,33 @@ class Admission:
 
     # --- slots (slots.py) ---------------------------------------------------------------
 
-    def rpc_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+    def rpc_slot(self, gateway: Gateway) -> Slot:
         """Hold a publish-call slot of the process and of ``gateway`` for the block."""
         return self.slots.rpc_slot(gateway)
 
-    def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
+    def stream_slot(self, gateway: Gateway) -> Slot:
         """Hold a stream slot of the process and of ``gateway`` for the block."""
         return self.slots.stream_slot(gateway)
 
     @property
     def rpcs(self) -> int:
         """Publish calls being served."""
-        return self.slots.rpcs
+        return self.slots.calls.held
 
     @property
     def streams(self) -> int:
         """Open streams."""
-        return self.slots.streams
+        return self.slots.streams.held
 
     @property
     def rpcs_by_gateway(self) -> dict[str, int]:
         """Publish calls being served, per gateway holding one."""
-        return self.slots.rpcs_by_gateway
+        return self.slots.calls.by_gateway
 
     @property
     def streams_by_gateway(self) -> dict[str, int]:
         """Open streams, per gateway holding one."""
-        return self.slots.streams_by_gateway
+        return self.slots.streams.by_gateway
 
     # --- per call ---------------------------------------------------------------------
 

@@ -18,11 +18,12 @@ from headwater.ingest.errors import OverloadedError
 from headwater.ingest.settings import IngestSettings
 
 
-class _Pool:
+class Pool:
     """One kind of slot: a process count and limit, and each gateway's count.
 
-    ``process_full`` and ``gateway_full`` build the refusals; a gateway's limit is its
-    tokens-file override (``override``), else ``gateway_default``; 0 means none.
+    ``process_full`` and ``gateway_full`` build the refusals from the limit reached; a
+    gateway's limit is its tokens-file override (``override``), else ``gateway_default``;
+    0 means none.
     """
 
     def __init__(
@@ -30,9 +31,10 @@ class _Pool:
         limit: int,
         gateway_default: int,
         override: Callable[[Gateway], int | None],
-        process_full: Callable[[], OverloadedError],
+        process_full: Callable[[int], OverloadedError],
         gateway_full: Callable[[Gateway, int], OverloadedError],
     ) -> None:
+        #: Slots held, and per gateway id (only gateways holding one: entries leave at zero).
         self.held = 0
         self.by_gateway: dict[str, int] = {}
         self._limit = limit
@@ -44,7 +46,7 @@ class _Pool:
     def take(self, gateway: Gateway) -> str:
         """Count one slot of ``gateway`` or raise OverloadedError; return its key."""
         if self.held >= self._limit:
-            raise self._process_full()
+            raise self._process_full(self._limit)
         key = gateway.gateway_id
         held = self.by_gateway.get(key, 0)
         limit = _own(self._override(gateway), self._gateway_default, gateway)
@@ -73,7 +75,7 @@ class Slot:
 
     __slots__ = ("_gateway", "_key", "_pool")
 
-    def __init__(self, pool: _Pool, gateway: Gateway) -> None:
+    def __init__(self, pool: Pool, gateway: Gateway) -> None:
         self._pool = pool
         self._gateway = gateway
         self._key: str | None = None
@@ -97,16 +99,16 @@ class Slots:
 
     def __init__(self, settings: IngestSettings, retry_delay_s: float) -> None:
         self._retry_delay_s = retry_delay_s
-        self._max_rpcs = settings.max_concurrent_rpcs
-        self._max_streams = settings.max_streams
-        self._rpcs = _Pool(
+        #: Publish calls being served.
+        self.calls = Pool(
             settings.max_concurrent_rpcs,
             settings.gateway_max_concurrent_rpcs,
             lambda gateway: gateway.max_concurrent_rpcs,
-            self._rpcs_full,
-            self._gateway_rpcs_full,
+            self._calls_full,
+            self._gateway_calls_full,
         )
-        self._streams = _Pool(
+        #: Open streams.
+        self.streams = Pool(
             settings.max_streams,
             settings.gateway_max_streams,
             lambda gateway: gateway.max_streams,
@@ -114,33 +116,13 @@ class Slots:
             self._gateway_streams_full,
         )
 
-    @property
-    def rpcs(self) -> int:
-        """Publish calls being served."""
-        return self._rpcs.held
-
-    @property
-    def streams(self) -> int:
-        """Open streams."""
-        return self._streams.held
-
-    @property
-    def rpcs_by_gateway(self) -> dict[str, int]:
-        """Slots held per gateway id (only gateways holding one: entries leave at zero)."""
-        return self._rpcs.by_gateway
-
-    @property
-    def streams_by_gateway(self) -> dict[str, int]:
-        """Open streams per gateway id (only gateways holding one)."""
-        return self._streams.by_gateway
-
     def rpc_slot(self, gateway: Gateway) -> Slot:
         """Hold a publish-call slot of the process and of ``gateway`` for the block.
 
         Raises:
             OverloadedError: on entering, the process's or the gateway's limit is reached.
         """
-        return Slot(self._rpcs, gateway)
+        return Slot(self.calls, gateway)
 
     def stream_slot(self, gateway: Gateway) -> Slot:
         """Hold a stream slot of the process and of ``gateway`` for the block.
@@ -148,29 +130,29 @@ class Slots:
         Raises:
             OverloadedError: on entering, the process's or the gateway's limit is reached.
         """
-        return Slot(self._streams, gateway)
+        return Slot(self.streams, gateway)
 
-    def _rpcs_full(self) -> OverloadedError:
+    def _calls_full(self, limit: int) -> OverloadedError:
         return OverloadedError(
-            f"ingest replica is serving its limit of {self._max_rpcs} calls at once "
+            f"ingest replica is serving its limit of {limit} calls at once "
             "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
             retry_delay_s=self._retry_delay_s,
             limit="max_concurrent_rpcs",
             setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
-            limit_value=self._max_rpcs,
+            limit_value=limit,
         )
 
-    def _streams_full(self) -> OverloadedError:
+    def _streams_full(self, limit: int) -> OverloadedError:
         return OverloadedError(
-            f"ingest replica holds its limit of {self._max_streams} open streams "
+            f"ingest replica holds its limit of {limit} open streams "
             "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
             retry_delay_s=self._retry_delay_s,
             limit="max_streams",
             setting="HEADWATER_INGEST_MAX_STREAMS",
-            limit_value=self._max_streams,
+            limit_value=limit,
         )
 
-    def _gateway_rpcs_full(self, gateway: Gateway, limit: int) -> OverloadedError:
+    def _gateway_calls_full(self, gateway: Gateway, limit: int) -> OverloadedError:
         return OverloadedError(
             f"gateway {gateway.gateway_id!r} has its limit of {limit} publish calls at once "
             "(max_concurrent_rpcs in the tokens file, default "

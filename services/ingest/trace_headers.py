@@ -11,14 +11,13 @@ other case goes through ``inject``, so the headers are the same either way.
 
 from __future__ import annotations
 
+import functools
+
 from opentelemetry import baggage, propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-#: The one global propagator last found to be the default (checked again if it is replaced).
-_default_seen: list[TextMapPropagator] = []
 
 
 def trace_headers(span: trace.Span) -> list[tuple[str, bytes]]:
@@ -42,15 +41,11 @@ def trace_headers(span: trace.Span) -> list[tuple[str, bytes]]:
     return [(key, value.encode()) for key, value in carrier.items()]
 
 
+@functools.lru_cache(maxsize=4)
 def _is_default(textmap: TextMapPropagator) -> bool:
-    """True if ``textmap`` is exactly W3C trace context then W3C baggage."""
-    if _default_seen and _default_seen[0] is textmap:
-        return True
+    """True if ``textmap`` is exactly W3C trace context then W3C baggage (once per propagator)."""
     kinds = [type(p) for p in getattr(textmap, "_propagators", ())]
-    found = isinstance(textmap, CompositePropagator) and kinds == [
+    return isinstance(textmap, CompositePropagator) and kinds == [
         TraceContextTextMapPropagator,
         W3CBaggagePropagator,
     ]
-    if found:
-        _default_seen[:] = [textmap]
-    return found
