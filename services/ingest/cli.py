@@ -7,7 +7,6 @@ imported when a command runs, so ``headwater --help`` works with any extra insta
 from __future__ import annotations
 
 import argparse
-import asyncio
 import secrets
 import sys
 from typing import TYPE_CHECKING
@@ -115,6 +114,7 @@ def _check_tokens_file(path: str) -> None:
 
 
 def _serve(_args: argparse.Namespace) -> int:
+    from headwater.ingest import event_loop
     from headwater.ingest.server import serve
     from headwater.ingest.settings import IngestSettings
     from headwater.runtime.logs import configure_logging
@@ -123,7 +123,7 @@ def _serve(_args: argparse.Namespace) -> int:
     # SettingError and StartupError end in one line (headwater.cli.main).
     settings = IngestSettings.from_env()
     preflight(settings)
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings), settings.event_loop)
     return 0
 
 

@@ -172,6 +172,7 @@ class IngestServer:
                 "port": self.port,
                 "tls": bool(credentials),
                 "health_port": self.health_port or None,
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
         return self.port

@@ -175,6 +175,10 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
             {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_PRODUCER": "kafka"},
             "is not one of confluent, aiokafka",
         ),
+        (
+            {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_EVENT_LOOP": "trio"},
+            "HEADWATER_INGEST_EVENT_LOOP='trio' is not one of uvloop, asyncio",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env, message):

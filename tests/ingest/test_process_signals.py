@@ -76,7 +76,7 @@ async def wait_serving(target: str, process: IngestProcess) -> None:
             watch.cancel()
 
 
-def spawn(kafka_bootstrap: str, log_path: Path) -> IngestProcess:
+def spawn(kafka_bootstrap: str, log_path: Path, event_loop: str = "uvloop") -> IngestProcess:
     """Start ``headwater ingest serve`` on a free loopback port, logging to ``log_path``."""
     port = free_port()
     env = {
@@ -87,6 +87,7 @@ def spawn(kafka_bootstrap: str, log_path: Path) -> IngestProcess:
         "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
         "HEADWATER_INGEST_DRAIN_GRACE_SECONDS": str(GRACE_S),
         "HEADWATER_INGEST_PRODUCE_TIMEOUT_SECONDS": "5",
+        "HEADWATER_INGEST_EVENT_LOOP": event_loop,
     }
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(serve_command(), env=env, stdout=log, stderr=log)
@@ -94,8 +95,11 @@ def spawn(kafka_bootstrap: str, log_path: Path) -> IngestProcess:
 
 
 @pytest.fixture
-async def ingest_process(kafka_bootstrap, ingest_topics, tmp_path) -> AsyncIterator[IngestProcess]:
-    process = spawn(kafka_bootstrap, tmp_path / "ingest.log")
+async def ingest_process(
+    request, kafka_bootstrap, ingest_topics, tmp_path
+) -> AsyncIterator[IngestProcess]:
+    """The service in its own process, on the event loop the test names (uvloop by default)."""
+    process = spawn(kafka_bootstrap, tmp_path / "ingest.log", getattr(request, "param", "uvloop"))
     proc = process.proc
     try:
         await wait_serving(process.target, process)
@@ -242,9 +246,13 @@ async def test_sigkill_under_load_loses_nothing_acknowledged(ingest_process, kaf
     await assert_acked_are_in_kafka(kafka_bootstrap, load)
 
 
+@pytest.mark.parametrize("ingest_process", ["uvloop", "asyncio"], indirect=True)
 async def test_sigterm_under_load_drains_and_exits_within_its_grace(
-    ingest_process, kafka_bootstrap
+    ingest_process, kafka_bootstrap, request
 ):
+    # The setting took effect: the process says which loop it runs on.
+    expected = request.node.callspec.params["ingest_process"]
+    assert f'"event_loop": "{expected}"' in ingest_process.tail(), ingest_process.tail()
     load = Load(ingest_process.target)
     async with grpc.aio.insecure_channel(ingest_process.target) as channel:
         watch = health_pb2_grpc.HealthStub(channel).Watch(

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from headwater.ingest.settings import PRODUCERS
+from headwater.ingest.settings import PRODUCERS, IngestSettings
 
 
 def start(
@@ -88,14 +88,13 @@ def reset_peak(pid: int) -> bool:
     return False
 
 
-async def _serve() -> None:
+async def _serve(settings: IngestSettings) -> None:
     from headwater.ingest.server import TRACE_RATIO, IngestServer
-    from headwater.ingest.settings import IngestSettings
     from headwater.runtime.telemetry import create_telemetry
 
     # The service's own sampling default, so the bench measures what ships.
     telemetry = create_telemetry("headwater-ingest-bench", set_global=True, trace_ratio=TRACE_RATIO)
-    server = IngestServer(IngestSettings.from_env(), telemetry=telemetry)
+    server = IngestServer(settings, telemetry=telemetry)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,8 +106,11 @@ async def _serve() -> None:
 
 def main() -> None:
     """Serve until SIGTERM (settings, the produce client included, from the environment)."""
+    from headwater.ingest import event_loop
+
     argparse.ArgumentParser(description=__doc__).parse_args()
-    asyncio.run(_serve())
+    settings = IngestSettings.from_env()
+    event_loop.run(_serve(settings), settings.event_loop)
 
 
 if __name__ == "__main__":
