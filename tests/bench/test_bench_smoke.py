@@ -92,6 +92,9 @@ def test_scenarios_report_every_section(kafka_bootstrap: str, writer: str) -> No
 
 def test_overload_mode_reports_every_window_and_the_noisy_neighbour(kafka_bootstrap: str) -> None:
     report = _bench(kafka_bootstrap, "--duration", "1", "--overload-seconds", "2")
+    # One run: the scenarios (the single-call verdict among them), then the overload.
+    assert any(r["scenario"].startswith("ingest single-message") for r in report["results"])
+    assert any(t["target"].startswith("single-message rate") for t in report["targets"])
     overload = report["overload"]
     assert overload["capacity_msgs_per_s"] > 0
     assert [w["factor"] for w in overload["windows"]] == [2.0, 10.0]
@@ -120,5 +123,5 @@ def test_overload_mode_reports_every_window_and_the_noisy_neighbour(kafka_bootst
         # capacity with the server far from a full core was the clients' machine.
         assert g["server_cpu_share"] > 0
     assert overload["capacity_server_cpu_share"] > 0
-    assert len(report["targets"]) == 22
+    assert len(report["targets"]) == 9 + 22  # one payload size's, then the overload's
     assert {t["verdict"] for t in report["targets"]} <= {"met", "MISSED", "info"}

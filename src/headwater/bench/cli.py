@@ -65,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "frame, the server's peak RSS, the CPU each process (load generator, broker "
             "when embedded, echo server, ingest server) spent per message in each scenario, "
             "ratios to the ceilings, each target met or missed, and the ingest server's CPU "
-            "per single call against the echo server's. With --overload-seconds N it runs "
-            "the overload checks instead: measure capacity, offer 2x and 10x it open loop "
+            "per single call against the echo server's. With --overload-seconds N the same "
+            "run then does the overload checks: measure capacity, offer 2x and 10x it open loop "
             "for N s each (RSS growth, share of refusals that are RESOURCE_EXHAUSTED, "
             "goodput, time to OK after the load), then "
             "the noisy neighbour: nine gateways at half their quota, alone and beside one "
@@ -97,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--overload-seconds",
         type=float,
         default=0.0,
-        help="overload checks instead of the scenarios: 2x and 10x capacity this long "
+        help="after the scenarios, the overload checks: 2x and 10x capacity this long "
         "each (largest payload size), then the noisy neighbour (at most 20 s per phase)",
     )
     ingest.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")

@@ -571,7 +571,11 @@ def neighbour_tokens(path: Path, quota_bytes_per_s: int) -> None:
 
 
 async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dict[str, Any]:
-    """Run every scenario (or, with overload_seconds, the memory check) and report."""
+    """Run every scenario, then (with overload_seconds) the overload checks, and report.
+
+    One run prints both, so the single-call verdict and the overload figures come from the
+    same machine state (issue 23).
+    """
     report: dict[str, Any] = {
         "command": " ".join(["headwater", *sys.argv[1:]]) if sys.argv else "",
         "machine_at_start": machine(),
@@ -631,13 +635,12 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
                 },
             )
             rows: list[Row] = []
+            for size in opts.payload_sizes:
+                rows += await run.size_run(size)
             overload = None
             if opts.overload_seconds:
                 overload = await run.overload(max(opts.payload_sizes))
                 report["overload"] = overload
-            else:
-                for size in opts.payload_sizes:
-                    rows += await run.size_run(size)
             report["results"] = [asdict(r) for r in rows]
             report["targets"] = verdicts(rows, overload)
             report["server_peak_rss_mb"] = server_proc.status_mb(ingest_proc.pid, "VmHWM")
