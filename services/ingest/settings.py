@@ -26,6 +26,7 @@ DEFAULT_HEALTH_PORT = 8086
 
 #: The produce clients the service can use (``HEADWATER_INGEST_PRODUCER``).
 PRODUCERS = ("confluent", "aiokafka")
+#: The event loops the service can run on (``HEADWATER_INGEST_EVENT_LOOP``).
 EVENT_LOOPS = ("uvloop", "asyncio")
 
 
@@ -89,7 +90,7 @@ class IngestSettings:
     #: aiokafka's record path is pure Python (docs/benchmarks.md).
     producer: str = "confluent"
     #: The event loop: "uvloop" or "asyncio" (the standard library's). Measured with 64
-    #: single-message callers: uvloop spends ~8% less server CPU per call
+    #: single-message callers: uvloop spends ~10% less server CPU per call
     #: (docs/benchmarks.md); "asyncio" is the way back should a platform lack uvloop.
     event_loop: str = "uvloop"
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
