@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headwater.kafka.settings import bootstrap_from_env
+
 #: Exit status when ``status`` finds no such command.
 NOT_FOUND = 1
 #: Exit status when a command is refused (bad input, not permitted).
@@ -23,7 +25,7 @@ TENANTS_ENV = "HEADWATER_COMMAND_TENANTS"
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        default=bootstrap_from_env(),
         help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS); security "
         "comes from HEADWATER_KAFKA_*",
     )
