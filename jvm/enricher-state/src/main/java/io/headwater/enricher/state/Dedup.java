@@ -185,14 +185,25 @@ final class Dedup {
     }
   }
 
+  /**
+   * One SHA-256 digest per thread, reused: {@code MessageDigest.getInstance} looks the algorithm
+   * up in the providers for every call. A task thread runs one device at a time, and {@code
+   * digest} resets the digest, so reuse gives the same hashes.
+   */
+  private static final ThreadLocal<MessageDigest> SHA256 =
+      ThreadLocal.withInitial(
+          () -> {
+            try {
+              return MessageDigest.getInstance("SHA-256");
+            } catch (NoSuchAlgorithmException e) {
+              throw new IllegalStateException("every JVM has SHA-256", e);
+            }
+          });
+
   /** The 64-bit hash of an id (first 8 bytes of SHA-256). */
   static long hash(String key) {
-    MessageDigest sha;
-    try {
-      sha = MessageDigest.getInstance("SHA-256");
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("every JVM has SHA-256", e);
-    }
+    MessageDigest sha = SHA256.get();
+    sha.reset(); // in case a digest was ever left half-fed
     byte[] d = sha.digest(key.getBytes(StandardCharsets.UTF_8));
     long x = 0;
     for (int i = 0; i < 8; i++) {
