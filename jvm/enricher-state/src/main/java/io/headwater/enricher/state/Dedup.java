@@ -60,7 +60,7 @@ final class Dedup {
   private final Older older;
   private final long windowMs;
   private final long horizonMs;
-  private final Set<Long> seen = new HashSet<>();
+  private final LongSet seen = new LongSet(); // recent ids and those of the loaded older hours
   private final Set<Long> loadedHours = new HashSet<>();
   private final List<long[]> added = new ArrayList<>(); // {hash, batch ms, hour}
   private Recent recent = Recent.EMPTY;
@@ -82,6 +82,7 @@ final class Dedup {
     seen.clear();
     loadedHours.clear();
     added.clear();
+    seen.ensure(recent.h().length);
     for (long h : recent.h()) {
       seen.add(h);
     }
@@ -93,7 +94,9 @@ final class Dedup {
     long t = Message.orZero(deviceTimeMs);
     long hour = Math.floorDiv(t, HOUR_MS);
     if (older != null && spilled.contains(hour) && loadedHours.add(hour)) {
-      for (long id : older.get(hour)) {
+      long[] ids = older.get(hour);
+      seen.ensure(ids.length);
+      for (long id : ids) {
         seen.add(id);
       }
     }
