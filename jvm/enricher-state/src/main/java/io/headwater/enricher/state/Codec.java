@@ -1,5 +1,8 @@
 package io.headwater.enricher.state;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
@@ -17,31 +20,27 @@ final class Codec {
 
   private Codec() {}
 
+  // Big-endian views of byte arrays: one (intrinsified) access per field, not byte by byte.
+  private static final VarHandle LONG =
+      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+  private static final VarHandle INT =
+      MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.BIG_ENDIAN);
+
   /** The big-endian long at {@code at} of {@code b}. */
   static long i64(byte[] b, int at) {
-    long v = 0;
-    for (int k = 0; k < 8; k++) {
-      v = v << 8 | (b[at + k] & 0xff);
-    }
-    return v;
+    return (long) LONG.get(b, at);
   }
 
   static int i32(byte[] b, int at) {
-    return (b[at] & 0xff) << 24 | (b[at + 1] & 0xff) << 16 | (b[at + 2] & 0xff) << 8
-        | (b[at + 3] & 0xff);
+    return (int) INT.get(b, at);
   }
 
   static void i64(byte[] b, int at, long v) {
-    for (int k = 0; k < 8; k++) {
-      b[at + k] = (byte) (v >>> (56 - 8 * k));
-    }
+    LONG.set(b, at, v);
   }
 
   static void i32(byte[] b, int at, int v) {
-    b[at] = (byte) (v >>> 24);
-    b[at + 1] = (byte) (v >>> 16);
-    b[at + 2] = (byte) (v >>> 8);
-    b[at + 3] = (byte) v;
+    INT.set(b, at, v);
   }
 
   /** A writer of one state value. */
