@@ -1,5 +1,8 @@
 package io.headwater.enricher.state;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
@@ -17,12 +20,41 @@ final class Codec {
 
   private Codec() {}
 
+  // Big-endian views of byte arrays: one (intrinsified) access per field, not byte by byte.
+  private static final VarHandle LONG =
+      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+  private static final VarHandle INT =
+      MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.BIG_ENDIAN);
+
+  /** The big-endian long at {@code at} of {@code b}. */
+  static long i64(byte[] b, int at) {
+    return (long) LONG.get(b, at);
+  }
+
+  static int i32(byte[] b, int at) {
+    return (int) INT.get(b, at);
+  }
+
+  static void i64(byte[] b, int at, long v) {
+    LONG.set(b, at, v);
+  }
+
+  static void i32(byte[] b, int at, int v) {
+    INT.set(b, at, v);
+  }
+
   /** A writer of one state value. */
   static final class Out {
-    private byte[] buf = new byte[256];
+    private byte[] buf;
     private int n;
 
     Out() {
+      this(256);
+    }
+
+    /** A writer whose first buffer holds {@code sizeHint} bytes (it grows past them). */
+    Out(int sizeHint) {
+      buf = new byte[Math.max(16, sizeHint)];
       u8(VERSION);
     }
 
@@ -40,20 +72,23 @@ final class Codec {
 
     Out i32(int v) {
       room(4);
-      buf[n] = (byte) (v >>> 24);
-      buf[n + 1] = (byte) (v >>> 16);
-      buf[n + 2] = (byte) (v >>> 8);
-      buf[n + 3] = (byte) v;
+      Codec.i32(buf, n, v);
       n += 4;
       return this;
     }
 
     Out i64(long v) {
       room(8);
-      for (int k = 0; k < 8; k++) {
-        buf[n + k] = (byte) (v >>> (56 - 8 * k));
-      }
+      Codec.i64(buf, n, v);
       n += 8;
+      return this;
+    }
+
+    /** {@code len} bytes of {@code src} from {@code off}, as they are (no length prefix). */
+    Out raw(byte[] src, int off, int len) {
+      room(len);
+      System.arraycopy(src, off, buf, n, len);
+      n += len;
       return this;
     }
 
@@ -106,7 +141,7 @@ final class Codec {
     }
 
     private void need(int k) {
-      if (p + k > b.length) {
+      if (k < 0 || k > b.length - p) {
         throw new IllegalStateException("state value cut short: " + b.length + " bytes");
       }
     }
@@ -118,20 +153,29 @@ final class Codec {
 
     int i32() {
       need(4);
-      int v = (b[p] & 0xff) << 24 | (b[p + 1] & 0xff) << 16 | (b[p + 2] & 0xff) << 8
-          | (b[p + 3] & 0xff);
+      int v = Codec.i32(b, p);
       p += 4;
       return v;
     }
 
     long i64() {
       need(8);
-      long v = 0;
-      for (int k = 0; k < 8; k++) {
-        v = v << 8 | (b[p + k] & 0xff);
-      }
+      long v = Codec.i64(b, p);
       p += 8;
       return v;
+    }
+
+    /** Skips {@code len} bytes (checked) and returns where they start in {@link #array()}. */
+    int skip(int len) {
+      need(len);
+      int at = p;
+      p += len;
+      return at;
+    }
+
+    /** The value's bytes, as given (not copied). */
+    byte[] array() {
+      return b;
     }
 
     double f64() {

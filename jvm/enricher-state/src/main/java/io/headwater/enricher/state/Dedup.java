@@ -34,35 +34,97 @@ final class Dedup {
     void remove(long hour);
   }
 
-  /** The recent tier, as kept in the composite value. */
-  record Recent(long[] h, long[] t, int[] hour) {
-    static final Recent EMPTY = new Recent(new long[0], new long[0], new int[0]);
+  /**
+   * The recent tier, as kept in the composite value: {@code size()} entries of {@link #ENTRY}
+   * bytes (id hash, first-seen batch ms, device-time hour; big-endian), read in place from the
+   * value's bytes. A batch reads the hashes into a {@link LongSet}, appends its new ids to the
+   * bytes, and decodes the entries only when it spills; the bytes are those the tier had as
+   * three arrays (format 1).
+   */
+  static final class Recent {
+    static final int ENTRY = 20;
+    static final Recent EMPTY = new Recent(new byte[0], 0, 0);
 
-    void write(Codec.Out o) {
-      o.i32(h.length);
-      for (int k = 0; k < h.length; k++) {
-        o.i64(h[k]).i64(t[k]).i32(hour[k]);
-      }
+    private final byte[] b;
+    private final int off;
+    private final int n;
+
+    private Recent(byte[] b, int off, int n) {
+      this.b = b;
+      this.off = off;
+      this.n = n;
     }
 
-    static Recent read(Codec.In i) {
-      int n = i.i32();
-      Recent r = new Recent(new long[n], new long[n], new int[n]);
-      for (int k = 0; k < n; k++) {
-        r.h[k] = i.i64();
-        r.t[k] = i.i64();
-        r.hour[k] = i.i32();
+    int size() {
+      return n;
+    }
+
+    long h(int k) {
+      return Codec.i64(b, off + k * ENTRY);
+    }
+
+    long t(int k) {
+      return Codec.i64(b, off + k * ENTRY + 8);
+    }
+
+    int hour(int k) {
+      return Codec.i32(b, off + k * ENTRY + 16);
+    }
+
+    /** The tier of these entries, in this order. */
+    static Recent of(long[] h, long[] t, int[] hour, int count) {
+      byte[] b = new byte[count * ENTRY];
+      for (int k = 0; k < count; k++) {
+        put(b, k * ENTRY, h[k], t[k], hour[k]);
       }
-      return r;
+      return new Recent(b, 0, count);
+    }
+
+    /** This tier with {@code count} entries appended (this one is left as it is). */
+    Recent append(long[] h, long[] t, int[] hour, int count) {
+      if (count == 0) {
+        return this;
+      }
+      byte[] out = new byte[(n + count) * ENTRY];
+      System.arraycopy(b, off, out, 0, n * ENTRY);
+      for (int k = 0; k < count; k++) {
+        put(out, (n + k) * ENTRY, h[k], t[k], hour[k]);
+      }
+      return new Recent(out, 0, n + count);
+    }
+
+    private static void put(byte[] b, int at, long h, long t, int hour) {
+      Codec.i64(b, at, h);
+      Codec.i64(b, at + 8, t);
+      Codec.i32(b, at + 16, hour);
+    }
+
+    void write(Codec.Out o) {
+      o.i32(n).raw(b, off, n * ENTRY);
+    }
+
+    /** The tier at the reader's position; its bytes stay in (and are not copied from) the value. */
+    static Recent read(Codec.In i) {
+      int count = i.i32();
+      if (count < 0 || count > Integer.MAX_VALUE / ENTRY) {
+        throw new IllegalStateException("recent ids: bad count " + count);
+      }
+      int at = i.skip(count * ENTRY);
+      return new Recent(i.array(), at, count);
     }
   }
 
   private final Older older;
   private final long windowMs;
   private final long horizonMs;
-  private final Set<Long> seen = new HashSet<>();
+  private final LongSet seen = new LongSet(); // recent ids and those of the loaded older hours
   private final Set<Long> loadedHours = new HashSet<>();
-  private final List<long[]> added = new ArrayList<>(); // {hash, batch ms, hour}
+  // The ids first seen in this batch: hash, batch ms, hour.
+  private long[] addedH = new long[16];
+  private long[] addedT = new long[16];
+  private int[] addedHour = new int[16];
+  private int added;
+  private boolean recentLoaded;
   private Recent recent = Recent.EMPTY;
   private TreeSet<Long> spilled = new TreeSet<>();
 
@@ -81,19 +143,27 @@ final class Dedup {
     }
     seen.clear();
     loadedHours.clear();
-    added.clear();
-    for (long h : recent.h()) {
-      seen.add(h);
-    }
+    added = 0;
+    recentLoaded = false; // read on the first id asked about: a timer or master data never does
   }
 
   /** Returns true (and remembers the id) unless {@code key} was seen within the horizon. */
   boolean firstTime(String key, Long deviceTimeMs, long nowMs) {
+    if (!recentLoaded) {
+      recentLoaded = true;
+      int n = recent.size();
+      seen.ensure(n);
+      for (int k = 0; k < n; k++) {
+        seen.add(recent.h(k));
+      }
+    }
     long h = hash(key);
     long t = Message.orZero(deviceTimeMs);
     long hour = Math.floorDiv(t, HOUR_MS);
     if (older != null && spilled.contains(hour) && loadedHours.add(hour)) {
-      for (long id : older.get(hour)) {
+      long[] ids = older.get(hour);
+      seen.ensure(ids.length);
+      for (long id : ids) {
         seen.add(id);
       }
     }
@@ -101,7 +171,15 @@ final class Dedup {
       return false;
     }
     boolean near = Math.abs(t - nowMs) <= horizonMs;
-    added.add(new long[] {h, nowMs, near ? hour : NO_HOUR});
+    if (added == addedH.length) {
+      addedH = Arrays.copyOf(addedH, added * 2);
+      addedT = Arrays.copyOf(addedT, added * 2);
+      addedHour = Arrays.copyOf(addedHour, added * 2);
+    }
+    addedH[added] = h;
+    addedT[added] = nowMs;
+    addedHour[added] = (int) (near ? hour : NO_HOUR);
+    added++;
     return true;
   }
 
@@ -111,24 +189,29 @@ final class Dedup {
    * Returns null when nothing changed.
    */
   Recent commit(long nowMs) {
-    int n = recent.h().length;
-    int total = n + added.size();
-    long[] h = Arrays.copyOf(recent.h(), total);
-    long[] t = Arrays.copyOf(recent.t(), total);
-    int[] hr = Arrays.copyOf(recent.hour(), total);
-    for (int k = 0; k < added.size(); k++) {
-      long[] a = added.get(k);
-      h[n + k] = a[0];
-      t[n + k] = a[1];
-      hr[n + k] = (int) a[2];
-    }
-    boolean changed = !added.isEmpty();
+    int n = recent.size();
+    int total = n + added;
+    boolean changed = added > 0;
     long cutoff = nowMs - windowMs;
     long min = Long.MAX_VALUE;
-    for (long x : t) {
-      min = Math.min(min, x);
+    for (int k = 0; k < n; k++) {
+      min = Math.min(min, recent.t(k));
+    }
+    for (int k = 0; k < added; k++) {
+      min = Math.min(min, addedT[k]);
     }
     if (total > 0 && min <= cutoff - (long) (windowMs * SPILL_SLACK)) {
+      long[] h = new long[total];
+      long[] t = new long[total];
+      int[] hr = new int[total];
+      for (int k = 0; k < n; k++) {
+        h[k] = recent.h(k);
+        t[k] = recent.t(k);
+        hr[k] = recent.hour(k);
+      }
+      System.arraycopy(addedH, 0, h, n, added);
+      System.arraycopy(addedT, 0, t, n, added);
+      System.arraycopy(addedHour, 0, hr, n, added);
       int keep = 0;
       java.util.Map<Long, List<Long>> byHour = new java.util.TreeMap<>();
       for (int k = 0; k < total; k++) {
@@ -144,10 +227,10 @@ final class Dedup {
         }
       }
       spill(byHour);
-      h = Arrays.copyOf(h, keep);
-      t = Arrays.copyOf(t, keep);
-      hr = Arrays.copyOf(hr, keep);
+      recent = Recent.of(h, t, hr, keep);
       changed = true;
+    } else {
+      recent = recent.append(addedH, addedT, addedHour, added);
     }
     long oldestHour = Math.floorDiv(nowMs - horizonMs, HOUR_MS) - 1;
     if (!spilled.isEmpty() && spilled.first() < oldestHour) {
@@ -159,8 +242,7 @@ final class Dedup {
       }
       changed = true;
     }
-    added.clear();
-    recent = new Recent(h, t, hr);
+    added = 0;
     return changed ? recent : null;
   }
 
@@ -185,14 +267,25 @@ final class Dedup {
     }
   }
 
+  /**
+   * One SHA-256 digest per thread, reused: {@code MessageDigest.getInstance} looks the algorithm
+   * up in the providers for every call. A task thread runs one device at a time, and {@code
+   * digest} resets the digest, so reuse gives the same hashes.
+   */
+  private static final ThreadLocal<MessageDigest> SHA256 =
+      ThreadLocal.withInitial(
+          () -> {
+            try {
+              return MessageDigest.getInstance("SHA-256");
+            } catch (NoSuchAlgorithmException e) {
+              throw new IllegalStateException("every JVM has SHA-256", e);
+            }
+          });
+
   /** The 64-bit hash of an id (first 8 bytes of SHA-256). */
   static long hash(String key) {
-    MessageDigest sha;
-    try {
-      sha = MessageDigest.getInstance("SHA-256");
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("every JVM has SHA-256", e);
-    }
+    MessageDigest sha = SHA256.get();
+    sha.reset(); // in case a digest was ever left half-fed
     byte[] d = sha.digest(key.getBytes(StandardCharsets.UTF_8));
     long x = 0;
     for (int i = 0; i < 8; i++) {

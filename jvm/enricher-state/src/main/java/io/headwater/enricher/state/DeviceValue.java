@@ -17,7 +17,8 @@ final class DeviceValue {
   boolean changed;
 
   byte[] encode() {
-    Codec.Out o = new Codec.Out();
+    Codec.Out o =
+        new Codec.Out(512 + Dedup.Recent.ENTRY * recent.size() + 8 * spilledHours.length);
     o.bool(master != null);
     if (master != null) {
       o.str(master.site()).str(master.areaCode()).str(master.vendorFormat()).str(master.model());

@@ -15,6 +15,19 @@ public final class EventIds {
   /** enrich.EVENT_ID_NAMESPACE. */
   static final UUID NAMESPACE = UUID.fromString("5b0e3d0c-8f4b-5a3e-9c52-6865616477a1");
 
+  private static final byte[] NAMESPACE_BYTES = uuidBytes(NAMESPACE);
+
+  /** One SHA-1 digest per thread, reused (reset before each id): no provider lookup a call. */
+  private static final ThreadLocal<MessageDigest> SHA1 =
+      ThreadLocal.withInitial(
+          () -> {
+            try {
+              return MessageDigest.getInstance("SHA-1");
+            } catch (NoSuchAlgorithmException e) {
+              throw new IllegalStateException("every JVM has SHA-1", e);
+            }
+          });
+
   private EventIds() {}
 
   /** Returns the id of event {@code index} of a message of {@code deviceId} in {@code tenant}. */
@@ -23,13 +36,9 @@ public final class EventIds {
     PyJson.string(name, tenant).append(',');
     PyJson.string(name, deviceId).append(',');
     PyJson.string(name, messageId).append(',').append(index).append(']');
-    MessageDigest sha1;
-    try {
-      sha1 = MessageDigest.getInstance("SHA-1");
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("every JVM has SHA-1", e);
-    }
-    sha1.update(uuidBytes(NAMESPACE));
+    MessageDigest sha1 = SHA1.get();
+    sha1.reset();
+    sha1.update(NAMESPACE_BYTES);
     byte[] h = sha1.digest(name.toString().getBytes(StandardCharsets.UTF_8));
     h[6] = (byte) ((h[6] & 0x0f) | 0x50); // version 5
     h[8] = (byte) ((h[8] & 0x3f) | 0x80); // RFC 9562 variant

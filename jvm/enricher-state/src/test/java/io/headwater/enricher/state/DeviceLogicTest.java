@@ -192,7 +192,7 @@ class DeviceLogicTest {
     DeviceValue d = DeviceValue.decode(store.device);
     assertEquals("plant-1", d.master.site());
     assertEquals(1, d.snapshot.count);
-    assertEquals(1, d.recent.h().length);
+    assertEquals(1, d.recent.size());
     Parked p = Parked.decode(new Parked(5, 2, "R", telemetry("m-3", 3)).encode());
     assertEquals("m-3", p.message().messageId);
     assertEquals(21.5, p.message().measurements.get(0).value());
