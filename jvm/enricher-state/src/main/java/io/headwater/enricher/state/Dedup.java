@@ -2,7 +2,6 @@ package io.headwater.enricher.state;
 
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -267,20 +266,7 @@ final class Dedup {
     }
   }
 
-  /**
-   * One SHA-256 digest per thread, reused: {@code MessageDigest.getInstance} looks the algorithm
-   * up in the providers for every call. A task thread runs one device at a time, and {@code
-   * digest} resets the digest, so reuse gives the same hashes.
-   */
-  private static final ThreadLocal<MessageDigest> SHA256 =
-      ThreadLocal.withInitial(
-          () -> {
-            try {
-              return MessageDigest.getInstance("SHA-256");
-            } catch (NoSuchAlgorithmException e) {
-              throw new IllegalStateException("every JVM has SHA-256", e);
-            }
-          });
+  private static final ThreadLocal<MessageDigest> SHA256 = Digests.perThread("SHA-256");
 
   /** The 64-bit hash of an id (first 8 bytes of SHA-256). */
   static long hash(String key) {

@@ -2,7 +2,6 @@ package io.headwater.enricher.state;
 
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.util.HexFormat;
 import java.util.UUID;
 
@@ -17,16 +16,7 @@ public final class EventIds {
 
   private static final byte[] NAMESPACE_BYTES = uuidBytes(NAMESPACE);
 
-  /** One SHA-1 digest per thread, reused (reset before each id): no provider lookup a call. */
-  private static final ThreadLocal<MessageDigest> SHA1 =
-      ThreadLocal.withInitial(
-          () -> {
-            try {
-              return MessageDigest.getInstance("SHA-1");
-            } catch (NoSuchAlgorithmException e) {
-              throw new IllegalStateException("every JVM has SHA-1", e);
-            }
-          });
+  private static final ThreadLocal<MessageDigest> SHA1 = Digests.perThread("SHA-1");
 
   private EventIds() {}
 
