@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from headwater.ingest import event_loop
 from headwater.ingest.settings import PRODUCERS, IngestSettings
 
 
@@ -105,9 +106,7 @@ async def _serve(settings: IngestSettings) -> None:
 
 
 def main() -> None:
-    """Serve until SIGTERM (settings, the produce client included, from the environment)."""
-    from headwater.ingest import event_loop
-
+    """Serve until SIGTERM (settings, produce client and event loop from the environment)."""
     argparse.ArgumentParser(description=__doc__).parse_args()
     settings = IngestSettings.from_env()
     event_loop.run(_serve(settings), settings.event_loop)
