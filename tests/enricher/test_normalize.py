@@ -131,6 +131,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         (b"acme/a/dev-5", b"", "master", 0, 0, None, 0, []),
         (b"dev-6", b"", "master", 0, 1, None, 0, []),
         (None, b"", "master", 0, 2, None, 0, []),
+        (b"dev-8", b"\x0a\xff", "in", 1, 3, None, 0, [(rh.TENANT, None)]),  # no value
     ]
     keyed_df = key_columns(_raw(spark, rows), "master")
     assert keyed_df.columns == field_names(KEYED)  # the order decode_row unpacks
@@ -145,6 +146,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         split_scoped_key("acme/a/dev-5"),
         split_scoped_key("dev-6"),
         ("", ""),
+        ("", "dev-8"),
     ]
     got = [decode_row(r, "master") for r in keyed[:3] + keyed[4:5]]
     assert [(m["src_offset"], m["message_id"], m["sequence"]) for m in got] == [
