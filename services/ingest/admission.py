@@ -197,12 +197,20 @@ class Admission:
     # --- slots (slots.py) ---------------------------------------------------------------
 
     def rpc_slot(self, gateway: Gateway) -> Slot:
-        """Hold a publish-call slot of the process and of ``gateway`` for the block."""
-        return self.slots.rpc_slot(gateway)
+        """Hold a publish-call slot of the process and of ``gateway`` for the block.
+
+        Raises:
+            OverloadedError: on entering, the process's or the gateway's limit is reached.
+        """
+        return Slot(self.slots.calls, gateway)
 
     def stream_slot(self, gateway: Gateway) -> Slot:
-        """Hold a stream slot of the process and of ``gateway`` for the block."""
-        return self.slots.stream_slot(gateway)
+        """Hold a stream slot of the process and of ``gateway`` for the block.
+
+        Raises:
+            OverloadedError: on entering, the process's or the gateway's limit is reached.
+        """
+        return Slot(self.slots.streams, gateway)
 
     @property
     def rpcs(self) -> int:

@@ -116,22 +116,6 @@ class Slots:
             self._gateway_streams_full,
         )
 
-    def rpc_slot(self, gateway: Gateway) -> Slot:
-        """Hold a publish-call slot of the process and of ``gateway`` for the block.
-
-        Raises:
-            OverloadedError: on entering, the process's or the gateway's limit is reached.
-        """
-        return Slot(self.calls, gateway)
-
-    def stream_slot(self, gateway: Gateway) -> Slot:
-        """Hold a stream slot of the process and of ``gateway`` for the block.
-
-        Raises:
-            OverloadedError: on entering, the process's or the gateway's limit is reached.
-        """
-        return Slot(self.streams, gateway)
-
     def _calls_full(self, limit: int) -> OverloadedError:
         return OverloadedError(
             f"ingest replica is serving its limit of {limit} calls at once "

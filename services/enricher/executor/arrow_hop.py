@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
 from headwater.enricher.executor import units, worker_gc
-from headwater.enricher.executor.decode import decode_for_key, normalizable
+from headwater.enricher.executor.decode import decode_for_key, last_header, normalizable
 from headwater.enricher.executor.normalize import normalize_batch
 from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
 
@@ -52,15 +52,9 @@ def inputs() -> list[Column]:
     """Return the hop's arguments over keyed rows (``decode.key_columns``), in Spark SQL.
 
     Each header is the value of the last one of its name, as ``decode.header_map`` reads
-    them (null when absent). Found by position in the reversed keys rather than with
-    ``filter(headers, h -> ...)``: a lambda is interpreted row by row, and it keeps the
-    whole projection out of Spark's generated code.
+    them (null when absent; ``decode.last_header``).
     """
-    last = F.reverse("headers")
-    headers = [
-        F.get(last.getField("value"), F.array_position(last.getField("key"), name) - 1)
-        for name in HEADERS
-    ]
+    headers = [last_header(name) for name in HEADERS]
     return [F.col("src_topic"), F.col("device_key"), F.col("value"), *headers]
 
 

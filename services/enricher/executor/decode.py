@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
@@ -127,6 +127,18 @@ def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
     return ""
 
 
+def last_header(name: str) -> Column:
+    """The value of the last ``name`` header of a row's ``headers`` (null when absent).
+
+    Found by position in the reversed keys rather than with ``filter(headers, h -> ...)``:
+    a lambda is interpreted row by row (looking up Spark's SQL config for every row: 7-8%
+    of a drain's samples, docs/benchmarks.md), and it keeps the whole projection out of
+    Spark's generated code.
+    """
+    last = F.reverse("headers")
+    return F.get(last.getField("value"), F.array_position(last.getField("key"), name) - 1)
+
+
 def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
     """Return raw Kafka rows with the keyed state's key, computed in the JVM.
 
@@ -146,13 +158,7 @@ def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
     master_tenant = F.when(
         F.instr(key, "/") > 0, F.expr("substring(k, 1, length(k) - length(d) - 1)")
     ).otherwise(F.lit(""))
-    # The last tenant header's value, found by position in the reversed keys: a
-    # ``filter(headers, h -> ...)`` lambda is interpreted row by row (it looked up Spark's
-    # SQL config for every row: 7-8% of a drain's samples, docs/benchmarks.md).
-    last = F.reverse("headers")
-    last_tenant = F.get(
-        last.getField("value"), F.array_position(last.getField("key"), rh.TENANT) - 1
-    )
+    last_tenant = last_header(rh.TENANT)
     tenant_header = F.make_valid_utf8(F.coalesce(last_tenant.cast("string"), F.lit("")))
     is_master = F.col("topic") == F.lit(master_topic)
     return (
