@@ -10,6 +10,7 @@ them must be completed in the same micro-batch or the next.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -68,6 +69,22 @@ def _batches_with_input(q: Any) -> list[int]:
     ]
 
 
+def _settled_batches_with_input(q: Any, timeout_s: float = 60.0) -> set[int]:
+    """The batches that read input, once the query has reported all it read so far.
+
+    A batch's completions are visible before Spark posts the batch's progress, so reading
+    ``recentProgress`` right after a completion can miss the batch that wrote it. Wait
+    for the query to be idle: no trigger running and the last one found no new data.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = q.status
+        if not status["isTriggerActive"] and not status["isDataAvailable"]:
+            return set(_batches_with_input(q))
+        time.sleep(0.05)
+    raise AssertionError(f"the query did not go idle within {timeout_s} s: {q.status}")
+
+
 @pytest.mark.timeout(400)
 def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     kafka_bootstrap: str, running, tmp_path
@@ -82,7 +99,7 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     q = running(settings_for(kafka_bootstrap, topics, str(tmp_path / "cp")))
     reader = TopicReader(kafka_bootstrap, topics.completions)
     reader.until(lambda r: any(c.message_id == "warm" for c in completions(r)), 180, alive(q))
-    before = set(_batches_with_input(q))
+    before = _settled_batches_with_input(q)
 
     tower = b'{"readings": [{"k": "length", "v": 1, "u": "m**9**9**9"}]}'
     spb_payload = sparkplug_at_the_limit()
