@@ -18,6 +18,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+# At module level: PySpark reads the Arrow UDF's kind from its type hints, resolved in this
+# module's globals.
+import pyarrow as pa
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -103,9 +106,33 @@ def jvm_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     return jvm_state.floor(keyed, settings.topics.completions, settings.topics.master)
 
 
-def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
-    import pyarrow as pa
+def _empty_hop(master_topic: str, schema: Any) -> Any:
+    """Return a hop function (``arrow_hop.decoder``'s shape) that decodes nothing."""
+    del master_topic  # the real hop's signature; nothing here reads it
+    hop = pa.struct(list(schema))
 
+    def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        for columns in batches:
+            yield pa.nulls(len(columns[0]), hop)
+
+    return run
+
+
+def jvm_hop_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
+    """Return the JVM floor's records behind the enricher's Python hop doing no work.
+
+    The hop's arguments go to a Python worker over Arrow and a null ``HOP`` struct per row
+    comes back, then the JVM floor's operator reads every column (so Spark cannot prune the
+    hop): what the design's hop costs before any decoding or normalizing of ours.
+    """
+    from headwater.enricher.driver import jvm_state
+
+    keyed = key_columns(raw, settings.topics.master)
+    hopped = jvm_state.decode(keyed, settings.topics.master, make_hop=_empty_hop)
+    return jvm_state.floor(hopped, settings.topics.completions, settings.topics.master)
+
+
+def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             rows = [

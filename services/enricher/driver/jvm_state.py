@@ -44,11 +44,12 @@ def policy_lines(policy: Policy) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
+def decode(keyed: DataFrame, master_topic: str, make_hop: Any = decoder) -> DataFrame:
     """Return keyed raw rows (``decode.key_columns``) with the hop's columns (``arrow_hop.HOP``).
 
     The keyed columns stay in the JVM; the hop's struct is spread into top-level columns
-    beside them, where the JVM operator finds them by name.
+    beside them, where the JVM operator finds them by name. ``make_hop`` builds the hop's
+    function (``arrow_hop.decoder``; the benchmark's floor passes one that does no work).
     """
     from pyspark.sql.functions import arrow_udf
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -58,7 +59,7 @@ def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
     assert isinstance(hop, StructType)
     # Its kind (iterator of argument tuples) from the function's type hints, which PySpark
     # prefers to a functionType; its stubs have no overload for that form.
-    run = arrow_udf(decoder(master_topic, to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
+    run = arrow_udf(make_hop(master_topic, to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
     return keyed.select("*", run(*inputs()).alias("hop")).select(*keyed.columns, "hop.*")
 
 

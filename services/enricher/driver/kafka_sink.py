@@ -14,7 +14,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
@@ -84,12 +84,19 @@ class _Deliveries:
         self.first_error = ""
         self.coords: dict[int, tuple[str, int, int]] = {}
 
-    def callback(self, index: int | None) -> Any:
+    def on_other(self, err: KafkaError | None, msg: Any) -> None:
+        """Delivery report of a record whose coordinates nobody reads: count failures."""
+        if err is not None:
+            self.failures += 1
+            self.first_error = self.first_error or str(err)
+
+    def callback(self, index: int) -> Any:
+        """Return the delivery report of event ``index``: keeps its coordinates."""
+
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
-                self.failures += 1
-                self.first_error = self.first_error or str(err)
-            elif index is not None:
+                self.on_other(err, msg)
+            else:
                 self.coords[index] = (msg.topic(), msg.partition(), msg.offset())
 
         return on_delivery
@@ -139,9 +146,76 @@ def _dead_letter_refused(
     if not deadletter:
         raise exc  # nowhere to put it: fail loudly rather than drop it
     dl_key, dl_value = unproducible.dead_letter(topic, key, value, headers, ref, role, exc)
-    again = _produce(producer, deadletter, dl_key, dl_value, headers, d.callback(None))
+    again = _produce(producer, deadletter, dl_key, dl_value, headers, d.on_other)
     if again is not None:
         raise again
+
+
+class _Completion(NamedTuple):
+    """A completion row, held until the events of the task are acknowledged."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    ref: str
+    label: str | None
+    received_ms: int | None
+    batch_ms: int | None
+
+
+class _Columns:
+    """One Arrow batch of output records as Python lists, one per column.
+
+    Read column by column rather than with ``to_pydict``: that builds a dict for every
+    header of every row, which was most of the sink's time for a batch of events.
+    """
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        cols = {
+            name: batch.column(j).to_pylist()
+            for j, name in enumerate(batch.schema.names)
+            if name != "headers"
+        }
+        none: list[Any] = [None] * n
+        self.topic, self.key, self.value = cols["topic"], cols["key"], cols["value"]
+        # The two-phase write's columns; plain records have none of them.
+        self.role: list[str] = cols.get("role") or ["record"] * n
+        self.label: list[str | None] = cols.get("label") or none
+        self.ref: list[str] = cols.get("ref") or none
+        self.event_id: list[str] = cols.get("event_id") or none
+        self.received_ms: list[int | None] = cols.get("received_ms") or none
+        self.batch_ms: list[int | None] = cols.get("batch_ms") or none
+        self.headers = _headers(batch.column("headers"))
+
+    def record(self, i: int) -> tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]:
+        """Return row ``i``'s topic, key, value and headers."""
+        return self.topic[i], self.key[i], self.value[i], self.headers[i]
+
+    def completion(self, i: int) -> _Completion:
+        """Return row ``i`` as a completion to produce after the events."""
+        return _Completion(
+            self.topic[i],
+            self.key[i],
+            self.value[i],
+            self.headers[i],
+            self.ref[i],
+            self.label[i],
+            self.received_ms[i],
+            self.batch_ms[i],
+        )
+
+
+def _headers(column: pa.Array) -> list[list[tuple[str, bytes]]]:
+    """Return each row's Kafka headers as ``(key, value)`` pairs (a null list: none)."""
+    entries = column.values  # every row's headers, in order; offsets say whose is whose
+    pairs = list(
+        zip(entries.field("key").to_pylist(), entries.field("value").to_pylist(), strict=True)
+    )
+    offsets = column.offsets.to_pylist()
+    valid = column.is_valid().to_pylist()
+    return [pairs[offsets[i] : offsets[i + 1]] if valid[i] else [] for i in range(len(column))]
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -153,56 +227,43 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkReport:
         """Produce, flush, then build and produce the completions; raise on any failure."""
-        from headwater.enricher.python_operator.route import with_event_refs
-
         producer = _producer(self.options)
         timeout_s = float(self.options.get("flushtimeoutseconds", "60"))
         report = SinkReport()
         d = _Deliveries()
         refs: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        completions: list[dict[str, Any]] = []
+        completions: list[_Completion] = []
         failed: dict[str, Exception] = {}  # ref -> why a record of that message was refused
         index = 0
         started = time.perf_counter()
         in_sink = 0.0  # time spent here, not waiting for the keyed state upstream
         for batch in iterator:
             t0 = time.perf_counter()
-            cols = batch.to_pydict()
-            n = batch.num_rows
-            roles = cols.get("role") or ["record"] * n
-            for i in range(n):
-                role = roles[i]
-                label = cols["label"][i] if "label" in cols else None
-                report.counts[f"{role}:{label}" if label else role] += 1
-                headers = [(h["key"], h["value"]) for h in cols["headers"][i] or []]
+            rows = _Columns(batch)
+            for (role, label), count in Counter(zip(rows.role, rows.label, strict=True)).items():
+                report.counts[f"{role}:{label}" if label else role] += count
+            for i in range(batch.num_rows):
+                role = rows.role[i]
                 if role == "completion":
-                    completions.append({k: cols[k][i] for k in cols} | {"headers": headers})
+                    completions.append(rows.completion(i))
                     continue
-                is_event = role == "event"
-                if is_event:
-                    refs[cols["ref"][i]].append((cols["event_id"][i], index))
-                cb = d.callback(index if is_event else None)
-                topic, key, value = cols["topic"][i], cols["key"][i], cols["value"][i]
+                ref = rows.ref[i]
+                if role == "event":
+                    refs[ref].append((rows.event_id[i], index))
+                    cb = d.callback(index)
+                else:
+                    cb = d.on_other
+                topic, key, value, headers = rows.record(i)
                 refused = _produce(producer, topic, key, value, headers, cb)
                 if refused is not None:
-                    if "ref" in cols and cols["ref"][i]:
-                        failed[cols["ref"][i]] = refused
+                    if ref:
+                        failed[ref] = refused
                     _dead_letter_refused(
-                        producer,
-                        self.options,
-                        topic,
-                        key,
-                        value,
-                        headers,
-                        cols["ref"][i] if "ref" in cols else None,
-                        role,
-                        refused,
-                        d,
+                        producer, self.options, topic, key, value, headers, ref, role, refused, d
                     )
                     report.counts[f"deadletter:{unproducible.REASON}"] += 1
-                    index += 1
-                    continue
-                report.counts[BYTES] += len(value or b"") + len(key or b"")
+                else:
+                    report.counts[BYTES] += len(value or b"") + len(key or b"")
                 index += 1
             in_sink += time.perf_counter() - t0
         produced = time.perf_counter()
@@ -212,45 +273,56 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         report.timing_ms["wait_upstream"] = (produced - started - in_sink) * 1000
         report.timing_ms["flush"] = (flushed - produced) * 1000
         if completions:
-            batch_ms = completions[0].get("batch_ms") or 0
-            acked_ms = time.time() * 1000
-            for c in completions:
-                if c.get("ref") in failed and c.get("label") == "ENRICHED":
-                    # Its events were refused and dead-lettered: say so, with no refs.
-                    value = unproducible.dead_lettered(c["value"], failed[c["ref"]])
-                    report.counts["completion:ENRICHED"] -= 1
-                    report.counts["completion:DEAD_LETTERED"] += 1
-                else:
-                    mine = refs.get(c["ref"], []) if c.get("label") == "ENRICHED" else []
-                    coords = [(eid, *d.coords[i]) for eid, i in mine]
-                    value = with_event_refs(c["value"], coords)
-                refused = _produce(
-                    producer, c["topic"], c["key"], value, c["headers"], d.callback(None)
-                )
-                if refused is not None:
-                    _dead_letter_refused(
-                        producer,
-                        self.options,
-                        c["topic"],
-                        c["key"],
-                        value,
-                        c["headers"],
-                        c.get("ref"),
-                        "completion",
-                        refused,
-                        d,
-                    )
-                    report.counts[f"deadletter:{unproducible.REASON}"] += 1
-                    continue
-                report.counts[BYTES] += len(value) + len(c["key"] or b"")
-                if c.get("received_ms"):
-                    report.sample("ingest_to_read", batch_ms - c["received_ms"])
-                    report.sample("read_to_ack", acked_ms - batch_ms)
-                    report.sample("ingest_to_ack", acked_ms - c["received_ms"])
+            self._complete(producer, completions, refs, failed, d, report)
             _flush(producer, d, timeout_s)
             report.timing_ms["completions"] = (time.perf_counter() - flushed) * 1000
         worker_gc.freeze_survivors()
         return report
+
+    def _complete(
+        self,
+        producer: Producer,
+        completions: list[_Completion],
+        refs: dict[str, list[tuple[str, int]]],
+        failed: dict[str, Exception],
+        d: _Deliveries,
+        report: SinkReport,
+    ) -> None:
+        """Produce the completions, each with the coordinates of its message's acked events."""
+        from headwater.enricher.python_operator.route import with_event_refs
+
+        batch_ms = completions[0].batch_ms or 0
+        acked_ms = time.time() * 1000
+        for c in completions:
+            if c.ref in failed and c.label == "ENRICHED":
+                # Its events were refused and dead-lettered: say so, with no refs.
+                value = unproducible.dead_lettered(c.value, failed[c.ref])
+                report.counts["completion:ENRICHED"] -= 1
+                report.counts["completion:DEAD_LETTERED"] += 1
+            else:
+                mine = refs.get(c.ref, []) if c.label == "ENRICHED" else []
+                value = with_event_refs(c.value, [(eid, *d.coords[i]) for eid, i in mine])
+            refused = _produce(producer, c.topic, c.key, value, c.headers, d.on_other)
+            if refused is not None:
+                _dead_letter_refused(
+                    producer,
+                    self.options,
+                    c.topic,
+                    c.key,
+                    value,
+                    c.headers,
+                    c.ref,
+                    "completion",
+                    refused,
+                    d,
+                )
+                report.counts[f"deadletter:{unproducible.REASON}"] += 1
+                continue
+            report.counts[BYTES] += len(value) + len(c.key or b"")
+            if c.received_ms:
+                report.sample("ingest_to_read", batch_ms - c.received_ms)
+                report.sample("read_to_ack", acked_ms - batch_ms)
+                report.sample("ingest_to_ack", acked_ms - c.received_ms)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Append the batch's counts to ``statsPath`` (read by the job's metrics listener)."""

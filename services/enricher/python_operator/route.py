@@ -225,10 +225,15 @@ def device_state(topics: EnricherTopics, snapshot: device_state_pb2.DeviceState)
 
 
 def with_event_refs(value: bytes, refs: Sequence[tuple[str, str, int, int]]) -> bytes:
-    """Return completion bytes with ``(event_id, topic, partition, offset)`` refs appended."""
+    """Return completion bytes with ``(event_id, topic, partition, offset)`` refs appended.
+
+    Appended as bytes: a parser merges concatenated encodings of one message, appending
+    to its repeated fields, so the completion is not parsed and encoded again (the sink
+    does this for every message).
+    """
     if not refs:
         return value
-    c = completion_pb2.Completion.FromString(value)
+    extra = completion_pb2.Completion()
     for event_id, topic, partition, offset in refs:
-        c.events.add(event_id=event_id, topic=topic, partition=partition, offset=offset)
-    return c.SerializeToString()
+        extra.events.add(event_id=event_id, topic=topic, partition=partition, offset=offset)
+    return value + extra.SerializeToString()

@@ -7,7 +7,13 @@ import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.ValueState;
 
-/** {@link DeviceStore} over the processor's state variables (for the current grouping key). */
+/**
+ * {@link DeviceStore} over the processor's state variables (for the current grouping key).
+ *
+ * <p>Reads are one state-store lookup each: Spark's {@code ValueState.get} and {@code
+ * MapState.getValue} return null for what is absent, so asking {@code exists} or {@code
+ * containsKey} first would look the key up twice.
+ */
 final class SparkDeviceStore implements DeviceStore {
   private final StatefulProcessorHandle handle;
   private final ValueState<byte[]> device;
@@ -26,7 +32,7 @@ final class SparkDeviceStore implements DeviceStore {
 
   @Override
   public byte[] device() {
-    return device.exists() ? device.get() : null;
+    return device.get();
   }
 
   @Override
@@ -57,7 +63,7 @@ final class SparkDeviceStore implements DeviceStore {
 
   @Override
   public byte[] definitions() {
-    return definitions.exists() ? definitions.get() : null;
+    return definitions.get();
   }
 
   @Override
@@ -72,7 +78,7 @@ final class SparkDeviceStore implements DeviceStore {
 
   @Override
   public long[] get(long hour) {
-    byte[] v = older.containsKey(hour) ? older.getValue(hour) : null;
+    byte[] v = older.getValue(hour);
     if (v == null) {
       return new long[0];
     }
