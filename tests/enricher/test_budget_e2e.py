@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from headwater.enricher.executor.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
@@ -61,28 +62,41 @@ def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
     return value
 
 
-def _batches_with_input(q: Any) -> list[int]:
-    return [
-        p["batchId"]
-        for p in (json.loads(x.json) for x in q.recentProgress)
-        if p.get("numInputRows")
-    ]
+def _high_watermarks(bootstrap: str, topic: str) -> dict[str, int]:
+    """Return each partition's end offset of ``topic`` (keys as Spark's progress spells them)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "budget-e2e-marks"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
+        }
+    finally:
+        c.close()
 
 
-def _settled_batches_with_input(q: Any, timeout_s: float = 60.0) -> set[int]:
-    """The batches that read input, once the query has reported all it read so far.
+def _batches_reading(q: Any, topic: str, first: dict[str, int], last: dict[str, int]) -> list[int]:
+    """Return the micro-batches that read records of ``topic`` from ``first`` to ``last``.
 
-    A batch's completions are visible before Spark posts the batch's progress, so reading
-    ``recentProgress`` right after a completion can miss the batch that wrote it. Wait
-    for the query to be idle: no trigger running and the last one found no new data.
+    Found by each batch's source offsets once the batches reported cover ``last``: a
+    batch's completions are visible before Spark posts its progress, so the progress read
+    as soon as a completion shows can lack the batch that wrote it.
     """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = q.status
-        if not status["isTriggerActive"] and not status["isDataAvailable"]:
-            return set(_batches_with_input(q))
-        time.sleep(0.05)
-    raise AssertionError(f"the query did not go idle within {timeout_s} s: {q.status}")
+    deadline = time.monotonic() + 60
+    while True:
+        used, reached = [], dict.fromkeys(last, 0)
+        for progress in (json.loads(x.json) for x in q.recentProgress):
+            for source in progress.get("sources", []):
+                start = (source.get("startOffset") or {}).get(topic, {})
+                end = (source.get("endOffset") or {}).get(topic, {})
+                for p in reached:
+                    reached[p] = max(reached[p], end.get(p, 0))
+                if any(end.get(p, 0) > max(start.get(p, 0), first[p]) for p in first):
+                    used.append(progress["batchId"])
+        if all(reached[p] >= last[p] for p in last):
+            return sorted(set(used))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no progress reported reading {topic} up to {last}: {reached}")
+        time.sleep(0.2)
 
 
 @pytest.mark.timeout(400)
@@ -99,7 +113,7 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     q = running(settings_for(kafka_bootstrap, topics, str(tmp_path / "cp")))
     reader = TopicReader(kafka_bootstrap, topics.completions)
     reader.until(lambda r: any(c.message_id == "warm" for c in completions(r)), 180, alive(q))
-    before = _settled_batches_with_input(q)
+    first = _high_watermarks(kafka_bootstrap, topics.ingest[0])
 
     tower = b'{"readings": [{"k": "length", "v": 1, "u": "m**9**9**9"}]}'
     spb_payload = sparkplug_at_the_limit()
@@ -109,6 +123,7 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     ]
     after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
     ingest(kafka_bootstrap, topics, poison + after)
+    last = _high_watermarks(kafka_bootstrap, topics.ingest[0])
 
     wanted = {m.message_id for m in poison + after}
     reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
@@ -116,8 +131,8 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
     assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
-    # Within a micro-batch or two of the poison: the batches that read anything since.
-    used = sorted(set(_batches_with_input(q)) - before)
+    # Within a micro-batch or two of the poison: the batches that read any of them.
+    used = _batches_reading(q, topics.ingest[0], first, last)
     assert 1 <= len(used) <= 2, used
     assert q.exception() is None and q.isActive
 

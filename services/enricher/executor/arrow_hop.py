@@ -114,8 +114,10 @@ def decoder(
 
     def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         for columns in batches:
-            rows = hop_rows(list(columns), master_topic)
-            yield pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
+            with worker_gc.batch_scope():
+                rows = hop_rows(list(columns), master_topic)
+                out = pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
+            yield out
         worker_gc.freeze_survivors()
 
     return run

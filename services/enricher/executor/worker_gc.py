@@ -10,14 +10,36 @@ What survives a task (modules, caches, the producer) lives as long as the worker
 end of each task it is frozen (``gc.freeze``), after one collection of what the task itself
 left: later collections look only at newer objects. Frozen objects are still freed by
 reference counting; only a reference cycle among them would stay until the worker exits.
+
+While a batch is built, its rows are alive until the batch is sent, and every young
+collection walks them again (and the older generations more each time they grow): in
+the hop, ~7 µs of its ~20 a message (``bench.hop``, docs/benchmarks.md). ``batch_scope``
+lets many more allocations pass between collections; the rows are mostly dicts and lists
+freed by reference counting, and what cycles they form are collected later.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: Allocations between young collections while a batch is built (Python's default: 700).
+BATCH_GEN0_THRESHOLD = 100_000
 
 
 def freeze_survivors() -> None:
     """Collect the task's garbage, then keep what survived out of later collections."""
     gc.collect()  # only objects created since the last freeze: cheap after the first task
     gc.freeze()
+
+
+@contextmanager
+def batch_scope() -> Iterator[None]:
+    """Collect rarely while one batch is built; Python's thresholds again afterwards."""
+    before = gc.get_threshold()
+    gc.set_threshold(BATCH_GEN0_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
