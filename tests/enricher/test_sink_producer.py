@@ -17,3 +17,23 @@ def test_the_sink_lingers_at_least_its_floor_and_keeps_a_longer_setting() -> Non
         assert ("linger.ms", "500") in key
     finally:
         kafka_sink._PRODUCERS.clear()
+
+
+def test_headers_are_read_column_wise_per_row_also_from_a_slice_and_a_null_list() -> None:
+    """Each row gets its own (key, value) pairs, in order; a null list or value stays empty/None."""
+    import pyarrow as pa
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    column = pa.array(
+        [
+            [{"key": "a", "value": b"1"}],
+            None,
+            [],
+            [{"key": "b", "value": None}, {"key": "b", "value": b"2"}],
+        ],
+        type=pa.list_(header),
+    )
+    rows = [[("a", b"1")], [], [], [("b", None), ("b", b"2")]]
+    assert kafka_sink._headers(column) == rows
+    # Spark may hand over a slice: its offsets index the whole child array.
+    assert kafka_sink._headers(column.slice(1)) == rows[1:]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from headwater.enricher.executor import worker_gc
 
 
@@ -32,3 +34,11 @@ def test_survivors_are_frozen_and_the_tasks_garbage_is_collected() -> None:
         assert kept.me is kept
     finally:
         gc.unfreeze()  # the rest of the suite runs with an ordinary collector
+
+
+def test_a_batch_scope_collects_rarely_and_gives_the_thresholds_back_even_on_error() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(ValueError), worker_gc.batch_scope():
+        assert gc.get_threshold() == (worker_gc.BATCH_GEN0_THRESHOLD, *before[1:])
+        raise ValueError("a batch failed")
+    assert gc.get_threshold() == before
