@@ -158,7 +158,7 @@ class _Completion(NamedTuple):
     key: bytes | None
     value: bytes
     headers: list[tuple[str, bytes]]
-    ref: str
+    ref: str | None
     label: str | None
     received_ms: int | None
     batch_ms: int | None
@@ -183,7 +183,7 @@ class _Columns:
         # The two-phase write's columns; plain records have none of them.
         self.role: list[str] = cols.get("role") or ["record"] * n
         self.label: list[str | None] = cols.get("label") or none
-        self.ref: list[str] = cols.get("ref") or none
+        self.ref: list[str | None] = cols.get("ref") or none
         self.event_id: list[str] = cols.get("event_id") or none
         self.received_ms: list[int | None] = cols.get("received_ms") or none
         self.batch_ms: list[int | None] = cols.get("batch_ms") or none
@@ -231,9 +231,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         timeout_s = float(self.options.get("flushtimeoutseconds", "60"))
         report = SinkReport()
         d = _Deliveries()
-        refs: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        refs: dict[str | None, list[tuple[str, int]]] = defaultdict(list)
         completions: list[_Completion] = []
-        failed: dict[str, Exception] = {}  # ref -> why a record of that message was refused
+        failed: dict[str | None, Exception] = {}  # ref -> why a record of that message was refused
         index = 0
         started = time.perf_counter()
         in_sink = 0.0  # time spent here, not waiting for the keyed state upstream
@@ -283,8 +283,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self,
         producer: Producer,
         completions: list[_Completion],
-        refs: dict[str, list[tuple[str, int]]],
-        failed: dict[str, Exception],
+        refs: dict[str | None, list[tuple[str, int]]],
+        failed: dict[str | None, Exception],
         d: _Deliveries,
         report: SinkReport,
     ) -> None:
