@@ -125,9 +125,17 @@ def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> N
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    "floor", ["jvm_floor_stream", "jvm_hop_floor_stream", "stateless_floor_stream"]
+    ("floor", "kw"),
+    [
+        ("jvm_floor_stream", {}),
+        ("jvm_hop_floor_stream", {}),
+        ("jvm_hop_floor_stream", {"decoding": True}),
+        ("stateless_floor_stream", {}),
+    ],
 )
-def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, floor: str) -> None:
+def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(
+    spark, floor: str, kw: dict[str, Any]
+) -> None:
     """Each floor runs on real local Spark (its Python part on workers, without a session)."""
     from headwater.enricher.bench import floor as bench_floor
     from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
@@ -137,7 +145,7 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(spark, fl
     rows = corpus(topics.ingest, topics.master)
     ingest_rows = [r for r in rows if r[2] != topics.master]
     raw = spark.createDataFrame(rows, RAW)
-    out = getattr(bench_floor, floor)(raw, EnricherSettings(topics=topics)).collect()
+    out = getattr(bench_floor, floor)(raw, EnricherSettings(topics=topics), **kw).collect()
     assert sorted(r.ref for r in out) == sorted(f"{r[2]}/{r[3]}/{r[4]}" for r in ingest_rows)
     assert {(r.topic, r.role, r.label) for r in out} == {
         (topics.completions, "completion", "FLOOR")

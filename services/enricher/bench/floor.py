@@ -118,17 +118,23 @@ def _empty_hop(master_topic: str, schema: Any) -> Any:
     return run
 
 
-def jvm_hop_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
-    """Return the JVM floor's records behind the enricher's Python hop doing no work.
+def jvm_hop_floor_stream(
+    raw: DataFrame, settings: EnricherSettings, decoding: bool = False
+) -> DataFrame:
+    """Return the JVM floor's records behind the enricher's Python hop.
 
-    The hop's arguments go to a Python worker over Arrow and a null ``HOP`` struct per row
-    comes back, then the JVM floor's operator reads every column (so Spark cannot prune the
-    hop): what the design's hop costs before any decoding or normalizing of ours.
+    The JVM floor's operator reads every column, so Spark cannot prune the hop. Without
+    ``decoding`` the hop does no work: its arguments go to a Python worker over Arrow and a
+    null ``HOP`` struct per row comes back, what the design's hop costs before any decoding
+    of ours. With it, the hop is the enricher's own (``arrow_hop.decoder``): the enricher
+    less its operator's work and its events.
     """
     from headwater.enricher.driver import jvm_state
+    from headwater.enricher.executor.arrow_hop import decoder
 
     keyed = key_columns(raw, settings.topics.master)
-    hopped = jvm_state.decode(keyed, settings.topics.master, make_hop=_empty_hop)
+    make_hop = decoder if decoding else _empty_hop
+    hopped = jvm_state.decode(keyed, settings.topics.master, make_hop=make_hop)
     return jvm_state.floor(hopped, settings.topics.completions, settings.topics.master)
 
 

@@ -24,7 +24,8 @@ shows as seconds of it. The queries, in one run: the enricher (its state
 operator from ``--operator``, ``jvm`` by default), then its floors (``--floors``,
 ``bench/floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
 ``floor-jvm-hop``, the same behind the enricher's Python hop doing no work (what the
-design's hop costs before any decoding of ours);
+design's hop costs before any decoding of ours); ``floor-jvm-decode`` (when asked for), the
+same behind the enricher's own hop (the enricher less its operator's work and its events);
 ``floor-stateless``, one Python ``mapInArrow`` hop and the sink, no state;
 ``floor-python``, PySpark's row-based keyed state with no work. Every query is measured
 the same way.
@@ -411,7 +412,14 @@ def steady_rate(
 
 
 #: The queries one run can measure: the enricher and its floors (``bench/floor.py``).
-QUERIES = ("enricher", "floor-python", "floor-jvm", "floor-jvm-hop", "floor-stateless")
+QUERIES = (
+    "enricher",
+    "floor-python",
+    "floor-jvm",
+    "floor-jvm-hop",
+    "floor-jvm-decode",
+    "floor-stateless",
+)
 
 
 def _transform(query_kind: str, floor_buckets: int) -> Any:
@@ -424,6 +432,8 @@ def _transform(query_kind: str, floor_buckets: int) -> Any:
         return bench_floor.jvm_floor_stream
     if query_kind == "floor-jvm-hop":
         return bench_floor.jvm_hop_floor_stream
+    if query_kind == "floor-jvm-decode":
+        return functools.partial(bench_floor.jvm_hop_floor_stream, decoding=True)
     if query_kind == "floor-stateless":
         return bench_floor.stateless_floor_stream
     return job.enrich_stream
