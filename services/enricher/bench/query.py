@@ -533,19 +533,16 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
             if name == "share_of_jvm_floor":
                 if jvm_floor is None:
                     continue
+                value: Any = _share(r, jvm_floor)
                 # The other floors' shares too: floor-jvm-hop's is the most the design's
                 # Python hop leaves for the enricher before any work of ours.
-                of_fleet = {
-                    q: {name: _share(f, jvm_floor)}
-                    for q, f in of_fleet.items()
-                    if f is not jvm_floor
-                }
-                value: Any = _share(r, jvm_floor)
+                shown = {q: _share(f, jvm_floor) for q, f in of_fleet.items() if f is not jvm_floor}
             else:
                 value = r[name]
+                shown = {q: f[name] for q, f in of_fleet.items() if name in f}
             ok = value >= bound if op == ">=" else value <= bound
             verdict = "met" if ok else "MISSED"
-            beside = "".join(f"; {q} {f[name]}" for q, f in sorted(of_fleet.items()) if name in f)
+            beside = "".join(f"; {q} {v}" for q, v in sorted(shown.items()))
             lines.append(f"{devices} devices, {label}: {value} ({op} {bound}{beside}) {verdict}")
     return lines
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 from headwater.enricher.driver import unproducible
 from headwater.enricher.driver.errors import KafkaDeliveryError
 from headwater.enricher.executor import worker_gc
+from headwater.proto.events.v1 import completion_pb2
 
 #: Not "kafka": Spark's built-in Kafka sink would win over a Python one of the same name.
 SINK_NAME = "headwater-kafka"
@@ -119,6 +120,21 @@ def _produce(
             producer.poll(0.05)  # the local queue is full: let deliveries drain
         except Exception as exc:  # any refusal of this one record
             return exc
+
+
+def with_event_refs(value: bytes, refs: list[tuple[str, str, int, int]]) -> bytes:
+    """Return completion bytes with ``(event_id, topic, partition, offset)`` refs appended.
+
+    Appended as bytes: a parser merges concatenated encodings of one message, appending
+    to its repeated fields, so the completion is not parsed and encoded again (done for
+    every message).
+    """
+    if not refs:
+        return value
+    extra = completion_pb2.Completion()
+    for event_id, topic, partition, offset in refs:
+        extra.events.add(event_id=event_id, topic=topic, partition=partition, offset=offset)
+    return value + extra.SerializeToString()
 
 
 def _flush(producer: Producer, d: _Deliveries, timeout_s: float) -> None:
@@ -289,8 +305,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         report: SinkReport,
     ) -> None:
         """Produce the completions, each with the coordinates of its message's acked events."""
-        from headwater.enricher.python_operator.route import with_event_refs
-
         batch_ms = completions[0].batch_ms or 0
         acked_ms = time.time() * 1000
         for c in completions:

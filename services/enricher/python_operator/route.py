@@ -6,7 +6,7 @@ Every function returns rows of the ``OUTPUT`` layout. Times come from the micro-
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from headwater import record_headers as rh
@@ -222,18 +222,3 @@ def device_state(topics: EnricherTopics, snapshot: device_state_pb2.DeviceState)
         "state",
         label="snapshot",
     )
-
-
-def with_event_refs(value: bytes, refs: Sequence[tuple[str, str, int, int]]) -> bytes:
-    """Return completion bytes with ``(event_id, topic, partition, offset)`` refs appended.
-
-    Appended as bytes: a parser merges concatenated encodings of one message, appending
-    to its repeated fields, so the completion is not parsed and encoded again (the sink
-    does this for every message).
-    """
-    if not refs:
-        return value
-    extra = completion_pb2.Completion()
-    for event_id, topic, partition, offset in refs:
-        extra.events.add(event_id=event_id, topic=topic, partition=partition, offset=offset)
-    return value + extra.SerializeToString()
