@@ -98,7 +98,7 @@ def _check_tokens_file(path: str) -> None:
     """Parse the tokens file as the service will; raise StartupError saying what is wrong."""
     import yaml
 
-    from headwater.ingest.auth import parse_tokens
+    from headwater.ingest.admission.auth import parse_tokens
     from headwater.runtime.startup import StartupError, require_readable
 
     name = "HEADWATER_INGEST_TOKENS_FILE"
@@ -115,7 +115,7 @@ def _check_tokens_file(path: str) -> None:
 
 def _serve(_args: argparse.Namespace) -> int:
     from headwater.ingest import event_loop
-    from headwater.ingest.server import serve
+    from headwater.ingest.rpc.server import serve
     from headwater.ingest.settings import IngestSettings
     from headwater.runtime.logs import configure_logging
 
@@ -128,7 +128,7 @@ def _serve(_args: argparse.Namespace) -> int:
 
 
 def _hash_token(_args: argparse.Namespace) -> int:
-    from headwater.ingest.auth import hash_token
+    from headwater.ingest.admission.auth import hash_token
 
     token = sys.stdin.readline().strip()
     if not token:
@@ -141,7 +141,7 @@ def _hash_token(_args: argparse.Namespace) -> int:
 def _new_token(args: argparse.Namespace) -> int:
     import json
 
-    from headwater.ingest.auth import hash_token
+    from headwater.ingest.admission.auth import hash_token
 
     token = secrets.token_urlsafe(TOKEN_BYTES)
     # The token alone on the first line, so `| head -1` hands it to a secret store; the

@@ -24,7 +24,7 @@ from headwater.ingest.errors import (
     OverloadedError,
     RecordTooLargeError,
 )
-from headwater.ingest.produce_errors import Kind, ProduceError
+from headwater.ingest.writers.produce_errors import Kind, ProduceError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 ERROR_DOMAIN = "ingest.headwater.dev"

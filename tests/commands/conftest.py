@@ -88,7 +88,7 @@ def tokens_file(tmp_path):
 async def start_command_ingest(command_topics, tokens_file):
     """Start ingest replicas serving commands on this test's topics; stopped after it."""
     from headwater.ingest.commands.settings import CommandSettings
-    from headwater.ingest.server import IngestServer
+    from headwater.ingest.rpc.server import IngestServer
     from headwater.ingest.settings import IngestSettings
     from headwater.runtime.telemetry import create_telemetry
 

@@ -14,7 +14,7 @@ import pytest
 
 from headwater.cli import main
 from headwater.enricher.driver.settings import EnricherSettings
-from headwater.ingest.auth import hash_token, parse_tokens
+from headwater.ingest.admission.auth import hash_token, parse_tokens
 from headwater.ingest.settings import IngestSettings
 from headwater.runtime.startup import settings_variables
 

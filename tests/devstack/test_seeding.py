@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headwater.devstack.seeding import GatewayEntry, tokens_yaml
-from headwater.ingest.auth import hash_token, parse_tokens
+from headwater.ingest.admission.auth import hash_token, parse_tokens
 
 
 def test_tokens_yaml_is_read_by_ingest_with_each_gateways_binding() -> None:

@@ -21,7 +21,7 @@ from headwater.enricher.executor.normalize import normalize_message
 from headwater.enricher.python_operator import route
 from headwater.enricher.python_operator.enrich import build_events
 from headwater.enricher.python_operator.state import DeviceValue, _failure, _Snapshot
-from headwater.ingest.validation import DeviceMessageValidator
+from headwater.ingest.write.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import dead_letter_pb2
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers

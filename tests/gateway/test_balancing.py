@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from headwater.gateway.client import GatewayClient
 from headwater.gateway.spool import Spool
-from headwater.ingest.server import IngestServer
+from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.runtime.telemetry import create_telemetry
 

@@ -36,7 +36,7 @@ from headwater.devstack.connect import publish_body
 from headwater.devstack.processes import create_topics, health_status
 from headwater.devstack.readback import read_topic
 from headwater.devstack.supervisor import DEMO_DEVICE, _publish_demo_master
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
 from headwater.proto.events.v1 import completion_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc

@@ -8,7 +8,8 @@ import contextlib
 import pytest
 
 from headwater.gateway.config import GatewayConfig
-from headwater.ingest.admission import (
+from headwater.ingest.admission.auth import ANONYMOUS, Gateway, TokensFileError, parse_tokens
+from headwater.ingest.admission.limits import (
     MIN_RECORD_BYTES,
     RECORD_HEADER_BYTES,
     Admission,
@@ -16,9 +17,8 @@ from headwater.ingest.admission import (
     producer_queue_limits,
     transport_options,
 )
-from headwater.ingest.auth import ANONYMOUS, Gateway, TokensFileError, parse_tokens
+from headwater.ingest.admission.quotas import GatewayQuotas
 from headwater.ingest.errors import OverloadedError
-from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import GATEWAY_FRAME_TIMEOUT_SECONDS, IngestSettings
 from headwater.runtime.env import SettingError
 

@@ -8,7 +8,7 @@ import dataclasses
 import grpc
 import pytest
 
-from headwater.ingest.auth import TokensFileError, hash_token, parse_tokens
+from headwater.ingest.admission.auth import TokensFileError, hash_token, parse_tokens
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from tests.support.ingest import publish

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
 from .conftest import bearer, details_of, device_message

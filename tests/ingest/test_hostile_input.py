@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headwater.devstack.broker import free_port
-from headwater.ingest.server import IngestServer
+from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api

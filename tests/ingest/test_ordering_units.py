@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from headwater.ingest.ordering import IssueOrder
+from headwater.ingest.admission.ordering import IssueOrder
 
 
 async def test_requests_issue_in_arrival_order_whatever_order_they_run_in():

@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater import record_headers as rh
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic

@@ -12,10 +12,10 @@ from confluent_kafka import KafkaError
 from google.rpc import error_details_pb2, status_pb2
 
 from headwater.ingest import status
-from headwater.ingest.confluent_writer import produce_error as from_librdkafka
 from headwater.ingest.errors import BrokerTimeoutError
-from headwater.ingest.produce_errors import Kind, ProduceError
-from headwater.ingest.producer import produce_error as from_aiokafka
+from headwater.ingest.writers.aiokafka_writer import produce_error as from_aiokafka
+from headwater.ingest.writers.confluent_writer import produce_error as from_librdkafka
+from headwater.ingest.writers.produce_errors import Kind, ProduceError
 
 SERVICE = Path(__file__).resolve().parents[2] / "services" / "ingest"
 

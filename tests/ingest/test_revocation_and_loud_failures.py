@@ -145,7 +145,7 @@ async def test_binding_change_denies_a_device_on_an_open_stream(
 
 
 async def test_a_tokens_file_that_is_not_utf8_keeps_the_previous_table(ingest, tokens_file, caplog):
-    caplog.set_level(logging.ERROR, logger="headwater.ingest.auth")
+    caplog.set_level(logging.ERROR, logger="headwater.ingest.admission.auth")
     revoked = TOKENS_YAML.replace(
         GW_A_ENTRY_END, GW_A_ENTRY_END.replace("\n", "\n    revoked: true\n", 1), 1
     )

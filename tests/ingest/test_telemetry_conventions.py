@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from headwater.ingest.server import IngestServer
+from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc

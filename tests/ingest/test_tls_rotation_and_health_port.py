@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater.endpoints import SERVICE_NAME
+from headwater.ingest.rpc.tls import RotatingCertificates, TlsFilesError
 from headwater.ingest.settings import DEFAULT_HEALTH_PORT, IngestSettings
-from headwater.ingest.tls import RotatingCertificates, TlsFilesError
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from tests.support.ingest import device_message, publish

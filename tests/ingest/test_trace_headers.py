@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from headwater.ingest.trace_headers import trace_headers
+from headwater.ingest.write.trace_headers import trace_headers
 
 
 def injected(span: trace.Span) -> list[tuple[str, bytes]]:

@@ -16,7 +16,7 @@ import uuid
 from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import Producer
 
-from headwater.ingest.confluent_writer import ConfluentWriter
+from headwater.ingest.writers.confluent_writer import ConfluentWriter
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.kafka.settings import PARTITIONER, KafkaSettings

@@ -79,8 +79,8 @@ def test_topics_ensure_command(secure_kafka, env_of, listener, capsys):
 
 @pytest.mark.parametrize("listener", LISTENERS)
 async def test_ingest_writers_produce(secure_kafka, listener):
-    from headwater.ingest.confluent_writer import ConfluentWriter
-    from headwater.ingest.producer import AiokafkaWriter
+    from headwater.ingest.writers.aiokafka_writer import AiokafkaWriter
+    from headwater.ingest.writers.confluent_writer import ConfluentWriter
 
     settings = secure_kafka.settings(listener)
     topic = _new_topic(secure_kafka, listener, partitions=3)
@@ -272,8 +272,8 @@ def test_wrong_password_names_the_setting(secure_kafka, env_of, capsys):
 
 @pytest.mark.parametrize("listener", LISTENERS)
 async def test_wrong_ca_names_the_setting(secure_kafka, listener):
-    from headwater.ingest.confluent_writer import ConfluentWriter
-    from headwater.ingest.produce_errors import ProduceError
+    from headwater.ingest.writers.confluent_writer import ConfluentWriter
+    from headwater.ingest.writers.produce_errors import ProduceError
 
     settings = secure_kafka.settings(
         listener, HEADWATER_KAFKA_SSL_CA_LOCATION=str(secure_kafka.other_ca)

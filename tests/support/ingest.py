@@ -20,8 +20,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from headwater.ingest.auth import hash_token
-from headwater.ingest.server import IngestServer
+from headwater.ingest.admission.auth import hash_token
+from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings

@@ -33,7 +33,7 @@ import grpc
 
 from headwater.commands import model
 from headwater.endpoints import SERVICE_NAME
-from headwater.ingest.auth import Authenticator, Gateway
+from headwater.ingest.admission.auth import Authenticator, Gateway
 from headwater.ingest.errors import (
     IngestError,
     InvalidMessageError,

@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError
 from headwater import record_headers as rh
 from headwater.commands import model
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
-from headwater.ingest.producer import RecordWriter
+from headwater.ingest.writers.protocol import RecordWriter
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage

@@ -19,8 +19,8 @@ import grpc
 from opentelemetry.metrics import Meter, Observation
 
 from headwater.commands import model
-from headwater.ingest.auth import Authenticator, Gateway
-from headwater.ingest.producer import RecordWriter
+from headwater.ingest.admission.auth import Authenticator, Gateway
+from headwater.ingest.writers.protocol import RecordWriter
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus

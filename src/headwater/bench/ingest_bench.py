@@ -29,7 +29,7 @@ from headwater.bench import gateway_overload, loadgen, server_proc
 from headwater.bench.loadgen import Measured, Record
 from headwater.bench.report import Row, cpu_us_per_msg, machine, make_row, verdicts
 from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
 from headwater.ingest.settings import PRODUCERS
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2

@@ -28,12 +28,12 @@ from opentelemetry import trace
 
 from headwater.bench.ingest_bench import make_records
 from headwater.endpoints import ENDPOINTS, Endpoint
-from headwater.ingest.auth import Authenticator
-from headwater.ingest.confluent_writer import Delivered
+from headwater.ingest.admission.auth import Authenticator
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.server import TRACE_RATIO
-from headwater.ingest.servicer import IngestServicer
+from headwater.ingest.rpc.server import TRACE_RATIO
+from headwater.ingest.rpc.servicer import IngestServicer
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.writers.confluent_writer import Delivered
 from headwater.runtime.telemetry import create_telemetry
 from headwater.wire import length_field
 

@@ -90,7 +90,7 @@ def reset_peak(pid: int) -> bool:
 
 
 async def _serve(settings: IngestSettings) -> None:
-    from headwater.ingest.server import TRACE_RATIO, IngestServer
+    from headwater.ingest.rpc.server import TRACE_RATIO, IngestServer
     from headwater.runtime.telemetry import create_telemetry
 
     # The service's own sampling default, so the bench measures what ships.

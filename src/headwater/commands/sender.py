@@ -203,7 +203,7 @@ class CommandSender:
 
 
 def _check_contract(command: Command) -> None:
-    from headwater.ingest.validation import compile_checks, message_violations
+    from headwater.ingest.write.validation import compile_checks, message_violations
 
     found = message_violations(command, compile_checks(Command.DESCRIPTOR))
     if found:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
 from headwater.kafka.settings import resolve_kafka
 from headwater.master import store as master_store
 from headwater.proto.master.v1 import device_master_pb2

@@ -1,8 +1,9 @@
 """Produce errors in the ingest service's own terms, whatever Kafka client raised them.
 
-Each writer (``confluent_writer.py``, ``producer.py``) maps its client's errors to a
-:class:`ProduceError` of one :class:`Kind`; ``status.py`` maps only these kinds to gRPC
-codes and reasons, so it depends on no Kafka client and a new writer needs no change there.
+Each writer (``confluent_writer.py``, ``aiokafka_writer.py``) maps its client's errors to a
+:class:`ProduceError` of one :class:`Kind`; the service's ``status.py`` maps only these kinds
+to gRPC codes and reasons, so it depends on no Kafka client and a new writer needs no change
+there.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ to gRPC (``status.from_produce_error``) knows no Kafka client.
 A fatal error (librdkafka's ``error_cb`` with ``KafkaError.fatal()``, e.g. the idempotent
 producer lost its sequence) leaves the producer unusable: every later produce fails. The
 writer then reports itself not connected at once and calls ``on_fatal`` on the event
-loop; the server turns health NOT_SERVING and replaces the producer (``server.py``).
+loop; the server turns health NOT_SERVING and replaces the producer (``rpc/server.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from headwater.ingest.produce_errors import Kind, ProduceError
-from headwater.ingest.producer import Headers
+from headwater.ingest.writers.produce_errors import Kind, ProduceError
+from headwater.ingest.writers.protocol import Headers
 from headwater.kafka.diagnose import explain
 from headwater.kafka.settings import KafkaSettings
 

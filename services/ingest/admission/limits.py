@@ -30,7 +30,7 @@ request is parsed, in this order (cheapest and most protective first):
    it.
 
 Calls gRPC has accepted but the event loop has not yet started are bounded in gRPC's core
-(``server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
+(``rpc/server.py``: ``HEADWATER_INGEST_MAX_PENDING_CALLS``), so no queue sits in front of these
 checks unbounded.
 
 Waiting for room would queue callers in memory, which is the growth this prevents;
@@ -45,12 +45,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from headwater.ingest.auth import Gateway
-from headwater.ingest.body_reads import BodyReads, Reading
+from headwater.ingest.admission.auth import Gateway
+from headwater.ingest.admission.body_reads import BodyReads, Reading
+from headwater.ingest.admission.quotas import GatewayQuotas
+from headwater.ingest.admission.slots import Slot, Slots
 from headwater.ingest.errors import OverloadedError
-from headwater.ingest.quotas import GatewayQuotas
 from headwater.ingest.settings import IngestSettings
-from headwater.ingest.slots import Slot, Slots
 
 #: Bytes the service adds to a record beyond the message itself: the key and the headers
 #: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).

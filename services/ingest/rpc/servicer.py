@@ -3,7 +3,7 @@
 Handlers are registered by hand (not through the generated base class) so that each
 request arrives as raw message slices (``wire.py``): the bytes written to Kafka are the
 bytes the gateway sent. Writing a request (admit, produce, results, release) is
-``write_path.py``; the order of a gateway's requests is ``ordering.py``.
+``write/frames.py``; the order of a gateway's requests is ``admission/ordering.py``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from headwater import wire
 from headwater.endpoints import ENDPOINTS, SERVICE_NAME, Endpoint
-from headwater.ingest.admission import Admission
-from headwater.ingest.auth import Authenticator, Gateway
+from headwater.ingest.admission.auth import Authenticator, Gateway
+from headwater.ingest.admission.limits import Admission
+from headwater.ingest.admission.ordering import IssueOrder, Place, RefusalHold
 from headwater.ingest.errors import (
     BrokerUnavailableError,
     IngestError,
@@ -33,12 +34,11 @@ from headwater.ingest.errors import (
     UnauthenticatedError,
 )
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.ordering import IssueOrder, Place, RefusalHold
-from headwater.ingest.producer import RecordWriter
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result
 from headwater.ingest.status import to_rpc_status as rpc_status_of
-from headwater.ingest.write_path import FrameWriter, message_id_of
+from headwater.ingest.write.frames import FrameWriter, message_id_of
+from headwater.ingest.writers.protocol import RecordWriter
 from headwater.runtime.conventions import rpc_attributes, rpc_status_attributes
 
 log = logging.getLogger(__name__)

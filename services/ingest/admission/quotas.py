@@ -1,6 +1,6 @@
 """Per-gateway fairness: a rate and an in-flight share for each gateway.
 
-The process bound (``admission.py``) keeps a replica within its memory; these keep one
+The process bound (``limits.py``) keeps a replica within its memory; these keep one
 gateway from taking all of it. Each authenticated gateway gets a token bucket of request
 bytes per second (burst: one second's worth) and a share of the in-flight bytes. The
 defaults come from ``HEADWATER_INGEST_GATEWAY_*``; the tokens file may override both per
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from headwater.ingest.auth import ANONYMOUS, Gateway
+from headwater.ingest.admission.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 
 #: Seconds of rate a gateway may send at once after being idle.

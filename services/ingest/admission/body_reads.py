@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Callable
 from types import TracebackType
 
-from headwater.ingest.auth import ANONYMOUS, Gateway
+from headwater.ingest.admission.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 
 

@@ -3,14 +3,14 @@
 One request (a publish call's body or one stream frame) goes through four steps:
 
 1. admit: its bytes are booked against the process bound and the gateway's share
-   (``admission.py``) before it is parsed;
+   (``admission/limits.py``) before it is parsed;
 2. produce: every valid message becomes one record, issued when the gateway's turn comes
-   (``ordering.py``), so a device's records reach the producer in arrival order;
+   (``admission/ordering.py``), so a device's records reach the producer in arrival order;
 3. results: one per message, from the broker's acks (or the error that kept it out);
 4. release: the bytes are given back once the producer is done with every record,
    acknowledged or failed, even after the call has answered.
 
-The RPC shapes (publish, stream) live in ``servicer.py``.
+The RPC shapes (publish, stream) live in ``rpc/servicer.py``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from opentelemetry.util.types import AttributeValue
 from headwater import record_headers as rh
 from headwater import wire
 from headwater.endpoints import Endpoint
-from headwater.ingest.admission import Admission, Ticket
-from headwater.ingest.auth import Gateway, check_device
+from headwater.ingest.admission.auth import Gateway, check_device
+from headwater.ingest.admission.limits import Admission, Ticket
+from headwater.ingest.admission.ordering import Place
 from headwater.ingest.errors import (
     BrokerTimeoutError,
     BrokerUnavailableError,
@@ -39,12 +40,11 @@ from headwater.ingest.errors import (
     InvalidMessageError,
 )
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.ordering import Place
-from headwater.ingest.producer import RecordWriter
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_produce_error
-from headwater.ingest.trace_headers import trace_headers
-from headwater.ingest.validation import DeviceMessageValidator, batch_size_limits
+from headwater.ingest.write.trace_headers import trace_headers
+from headwater.ingest.write.validation import DeviceMessageValidator, batch_size_limits
+from headwater.ingest.writers.protocol import RecordWriter
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.conventions import messaging_attributes, record_position_attributes

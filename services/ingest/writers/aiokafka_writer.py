@@ -1,7 +1,7 @@
-"""The one long-lived Kafka producer of an ingest process.
+"""The aiokafka writer: one long-lived aiokafka producer per process.
 
-Behind the small ``RecordWriter`` interface so the produce path could move to another
-client without touching the servicer. Every await that can touch the network is bounded:
+A ``RecordWriter`` (``protocol.py``), chosen by ``HEADWATER_INGEST_PRODUCER=aiokafka``;
+the default is ``confluent_writer.py``. Every await that can touch the network is bounded:
 aiokafka waits forever on a dead broker otherwise. Each writer reports failures as the
 service's neutral ``ProduceError`` (``produce_errors.py``); this one maps aiokafka's
 exception classes in :func:`produce_error`.
@@ -12,40 +12,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Sequence
-from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 from aiokafka.structs import RecordMetadata
 
-from headwater.ingest.produce_errors import Kind, ProduceError
+from headwater.ingest.writers.produce_errors import Kind, ProduceError
+from headwater.ingest.writers.protocol import Headers
 from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-
-Headers = Sequence[tuple[str, bytes]]
-
-
-class RecordWriter(Protocol):
-    """Writes records to Kafka and reports each broker acknowledgement."""
-
-    @property
-    def connected(self) -> bool:
-        """True once the writer has reached the cluster."""
-        ...
-
-    async def start(self) -> None:
-        """Connect; raise if the cluster cannot be reached."""
-
-    async def send(
-        self, topic: str, key: bytes, value: bytes, headers: Headers
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; the returned future resolves on the broker's ack."""
-        ...
-
-    async def stop(self, timeout_s: float) -> None:
-        """Flush what is queued (for at most ``timeout_s``) and disconnect."""
 
 
 class AiokafkaWriter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import TracebackType
 
-from headwater.ingest.auth import ANONYMOUS, Gateway
+from headwater.ingest.admission.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.settings import IngestSettings
 

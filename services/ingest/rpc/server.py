@@ -16,21 +16,22 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from headwater.endpoints import SERVICE_NAME
-from headwater.ingest.admission import (
+from headwater.ingest.admission.auth import Authenticator, TokenStore
+from headwater.ingest.admission.limits import (
     producer_queue_limits,
     shorten_gil_switch_interval,
     transport_options,
 )
-from headwater.ingest.auth import Authenticator, TokenStore
 from headwater.ingest.commands.service import CommandService
 from headwater.ingest.commands.settings import CommandSettings
-from headwater.ingest.confluent_writer import ConfluentWriter
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.producer import AiokafkaWriter, RecordWriter
-from headwater.ingest.reflection import enable_reflection
-from headwater.ingest.servicer import IngestServicer
+from headwater.ingest.rpc.reflection import enable_reflection
+from headwater.ingest.rpc.servicer import IngestServicer
+from headwater.ingest.rpc.tls import RotatingCertificates
 from headwater.ingest.settings import IngestSettings
-from headwater.ingest.tls import RotatingCertificates
+from headwater.ingest.writers.aiokafka_writer import AiokafkaWriter
+from headwater.ingest.writers.confluent_writer import ConfluentWriter
+from headwater.ingest.writers.protocol import RecordWriter
 from headwater.proto.ingest.v1 import ingest_service_pb2
 from headwater.runtime.telemetry import Telemetry, create_telemetry
 
@@ -119,7 +120,7 @@ class IngestServer:
         )
         max_message = s.max_batch_messages * (s.max_payload_bytes + 1024) + _REQUEST_OVERHEAD
         # No maximum_concurrent_rpcs: grpc.aio would refuse health checks with the rest and
-        # send no RetryInfo. The servicer counts its own calls and streams (admission.py).
+        # send no RetryInfo. The servicer counts its own calls and streams (admission/limits.py).
         shorten_gil_switch_interval()
         server = grpc.aio.server(
             options=[

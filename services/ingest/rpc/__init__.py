@@ -1,0 +1,1 @@
+"""The gRPC face: build and run the server (TLS, health, reflection) and serve the RPCs."""

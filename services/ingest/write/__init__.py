@@ -1,0 +1,1 @@
+"""The write path: check each message of an admitted request and issue it in its turn."""
