@@ -256,6 +256,32 @@ async def test_a_deadline_too_short_to_meet_is_refused_unstarted(
     assert refused.message_id not in stored, "a refused call was written"
 
 
+async def test_a_stream_frame_whose_deadline_is_too_short_is_refused_unwritten(
+    broker, ingest_settings, start_ingest
+):
+    """The deadline is checked per frame too: each frame's own deadline (the frame timeout)."""
+    running = await start_ingest(
+        on(broker, ingest_settings, min_deadline_ms=5000, stream_frame_timeout_seconds=1.0)
+    )
+    refused = device_message()
+    call = running.stub.StreamTelemetry(metadata=bearer(), timeout=60)
+    await call.write(api.StreamTelemetryRequest(frame_id=3, messages=[refused]))
+    answer = await asyncio.wait_for(call.read(), 30.0)
+    await call.done_writing()
+    call.cancel()
+    assert answer.frame_id == 3
+    assert [r.code for r in answer.results] == [EXHAUSTED.value[0]]
+    error = answer.results[0].error
+    assert error.reason == "OVERLOADED" and error.retriable, error
+    assert "HEADWATER_INGEST_MIN_DEADLINE_MS" in error.message, error
+    ok = await publish(running, [device_message()], deadline_s=30.0)
+    assert_in_kafka(broker.bootstrap, {r.message_id: (r.partition, r.offset) for r in ok.results})
+    stored = {
+        dict(m.headers())[rh.MESSAGE_ID].decode() for m in read_topic(broker.bootstrap, TOPIC)
+    }
+    assert refused.message_id not in stored, "a refused frame was written"
+
+
 async def test_stream_frames_are_answered_before_the_gateway_frame_timeout(
     broker, ingest_settings, start_ingest
 ):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from headwater.ingest.errors import PermissionDeniedError, UnauthenticatedError
+from headwater.ingest.errors import UnauthenticatedError
 
 log = logging.getLogger(__name__)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -61,7 +61,7 @@ class Gateway:
     max_streams: int | None = None
 
     def may_speak_for(self, device_id: str) -> bool:
-        """Return True if this gateway is bound to ``device_id``."""
+        """Return True if this gateway is bound to ``device_id`` (``write/messages.py`` asks)."""
         return any(fnmatch.fnmatchcase(device_id, p) for p in self.device_patterns)
 
 
@@ -278,13 +278,3 @@ def _bearer_token(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
                 )
             return token.strip()
     return None
-
-
-def check_device(gateway: Gateway, device_id: str) -> None:
-    """Raise PermissionDeniedError unless ``gateway`` may speak for ``device_id``."""
-    if not gateway.may_speak_for(device_id):
-        raise PermissionDeniedError(
-            f"gateway {gateway.gateway_id!r} (tenant {gateway.tenant!r}) is not bound to "
-            f"device {device_id!r}; add the device to its 'devices' in the tokens file",
-            field_violations=[("device_id", "not bound to the calling gateway")],
-        )

@@ -10,8 +10,9 @@ request is parsed, in this order (cheapest and most protective first):
    (``slots.py``). Slots are held in ``with`` blocks, so every exit gives them back.
    gRPC's own ``maximum_concurrent_rpcs`` is not used: it refuses health checks and
    reflection too, and sends no RetryInfo (grpcio 1.85);
-2. the deadline: a call whose time left cannot cover the service's recent produce time
-   (or ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
+2. the deadline (:meth:`Admission.check_deadline`, once per publish call or stream frame):
+   a request whose time left cannot cover the service's recent produce time (or
+   ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
 3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
    rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
    size estimated from recent requests, so the usual refusal under overload never copies

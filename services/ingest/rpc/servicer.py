@@ -4,6 +4,8 @@ Handlers are registered by hand (not through the generated base class) so that e
 request arrives as raw message slices (``wire.py``): the bytes written to Kafka are the
 bytes the gateway sent. Writing a request (admit, produce, results, release) is
 ``write/frames.py``; the order of a gateway's requests is ``admission/ordering.py``.
+The deadline is checked here, once per request: a publish call's before its body is read,
+a stream frame's before it is written.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result
 from headwater.ingest.status import to_rpc_status as rpc_status_of
-from headwater.ingest.write.frames import FrameWriter, message_id_of
+from headwater.ingest.write.frames import FrameWriter
+from headwater.ingest.write.messages import message_id_of
 from headwater.ingest.writers.protocol import RecordWriter
 from headwater.runtime.conventions import rpc_attributes, rpc_status_attributes
 
@@ -343,8 +346,10 @@ class IngestServicer:
             try:
                 self._check_ready()
                 hold.check()
+                frame_left = _time_left(time_left)
+                self._admission.check_deadline(frame_left)
                 frame, results = await self._frames.write(
-                    ep, data, wire.stream_deserializer, gateway, _time_left(time_left), place
+                    ep, data, wire.stream_deserializer, gateway, frame_left, place
                 )
             except IngestError as err:
                 place.leave()

@@ -4,13 +4,15 @@ One request (a publish call's body or one stream frame) goes through four steps:
 
 1. admit: its bytes are booked against the process bound and the gateway's share
    (``admission/limits.py``) before it is parsed;
-2. produce: every valid message becomes one record, issued when the gateway's turn comes
-   (``admission/ordering.py``), so a device's records reach the producer in arrival order;
+2. produce: every message that passes its checks (``messages.py``) becomes one record,
+   issued when the gateway's turn comes (``admission/ordering.py``), so a device's records
+   reach the producer in arrival order;
 3. results: one per message, from the broker's acks (or the error that kept it out);
 4. release: the bytes are given back once the producer is done with every record,
    acknowledged or failed, even after the call has answered.
 
-The RPC shapes (publish, stream) live in ``rpc/servicer.py``.
+The RPC shapes (publish, stream) live in ``rpc/servicer.py``; it checks the deadline
+before a request comes here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import time
 from collections.abc import Callable, Mapping
 
 import grpc
-from google.protobuf.message import DecodeError
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
@@ -30,7 +31,7 @@ from opentelemetry.util.types import AttributeValue
 from headwater import record_headers as rh
 from headwater import wire
 from headwater.endpoints import Endpoint
-from headwater.ingest.admission.auth import Gateway, check_device
+from headwater.ingest.admission.auth import Gateway
 from headwater.ingest.admission.limits import Admission, Ticket
 from headwater.ingest.admission.ordering import Place
 from headwater.ingest.errors import (
@@ -42,10 +43,10 @@ from headwater.ingest.errors import (
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_produce_error
+from headwater.ingest.write.messages import MessageChecks, message_id_of
 from headwater.ingest.write.trace_headers import trace_headers
-from headwater.ingest.write.validation import DeviceMessageValidator, batch_size_limits
+from headwater.ingest.write.validation import batch_size_limits
 from headwater.ingest.writers.protocol import RecordWriter
-from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.conventions import messaging_attributes, record_position_attributes
 
@@ -71,7 +72,7 @@ class FrameWriter:
         self._admission = admission
         self._tracer = tracer
         self._metrics = metrics
-        self._validator = DeviceMessageValidator(settings.max_payload_bytes)
+        self._checks = MessageChecks(settings.max_payload_bytes)
         self._min_batch = batch_size_limits()[0]
         #: Requests between admission and their last ack wait (for the in-flight gauge).
         self.inflight_requests = 0
@@ -99,7 +100,8 @@ class FrameWriter:
             data: the request's bytes as received.
             split: the endpoint's deserializer (publish or stream framing).
             gateway: the authenticated caller.
-            time_left: seconds the request has for its work; None: no deadline.
+            time_left: seconds the request has for its work; None: no deadline. The
+                RPC has already checked that it covers a produce now.
             place: the request's place in its gateway's issue order, taken on arrival;
                 handed on whatever happens here.
 
@@ -111,7 +113,6 @@ class FrameWriter:
                 broker kept every message out).
         """
         try:
-            self._admission.check_deadline(time_left)
             ticket = self._admission.admit(gateway, len(data))
         except BaseException:
             place.leave()
@@ -257,7 +258,7 @@ class FrameWriter:
                 # between steps, one per loop iteration, so one long step per request would
                 # queue new calls inside gRPC. Safe for order: the turn is held across it.
                 await asyncio.sleep(0)
-            msg, rejection = self._check_message(raw, gateway)
+            msg, rejection = self._checks.check(raw, gateway)
             if rejection is not None:
                 results[i] = rejection
                 continue
@@ -270,33 +271,6 @@ class FrameWriter:
             pending.append((i, msg.message_id, future))
             last_key = msg.device_id
         return last_key
-
-    def _check_message(
-        self, raw: bytes, gateway: Gateway
-    ) -> tuple[device_message_pb2.DeviceMessage, api.MessageResult | None]:
-        """Parse and check one message; return it and a rejection result, if any."""
-        try:
-            msg = device_message_pb2.DeviceMessage.FromString(raw)
-        except DecodeError:
-            err = InvalidMessageError(
-                "message is not a valid headwater.device.v1.DeviceMessage",
-                reason="MALFORMED_MESSAGE",
-            )
-            return device_message_pb2.DeviceMessage(), error_result("", err)
-        violations = self._validator.violations(msg)
-        if violations:
-            only_payload = all(f == "payload" for f, _ in violations) and msg.payload
-            err = InvalidMessageError(
-                "; ".join(f"{f} {d}" for f, d in violations),
-                reason="PAYLOAD_TOO_LARGE" if only_payload else "INVALID_MESSAGE",
-                field_violations=violations,
-            )
-            return msg, error_result(msg.message_id, err)
-        try:
-            check_device(gateway, msg.device_id)
-        except IngestError as err:
-            return msg, error_result(msg.message_id, err)
-        return msg, None
 
     def _record_messages(
         self, ep: Endpoint, frame: wire.RawFrame, results: list[api.MessageResult]
@@ -405,11 +379,3 @@ _INFRA_REASONS: dict[str, Callable[..., IngestError]] = {
 
 
 _CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
-
-
-def message_id_of(raw: bytes) -> str:
-    """The message id of a raw device message, or "" when it cannot be parsed."""
-    try:
-        return device_message_pb2.DeviceMessage.FromString(raw).message_id
-    except DecodeError:
-        return ""
