@@ -94,8 +94,13 @@ def test_a_deadline_is_a_timeout_and_anything_else_internal():
     assert err.code == grpc.StatusCode.INTERNAL
 
 
-def test_status_knows_no_kafka_client():
-    tree = ast.parse((SERVICE / "status.py").read_text())
+@pytest.mark.parametrize(
+    "module",
+    # The one mapping to gRPC, the writer protocol, and everything that writes through it.
+    ["status.py", "writers/protocol.py", "write/frames.py", "write/messages.py", "rpc/servicer.py"],
+)
+def test_only_the_writers_know_a_kafka_client(module):
+    tree = ast.parse((SERVICE / module).read_text())
     imported = {
         (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
         for node in ast.walk(tree)

@@ -81,6 +81,7 @@ def test_topics_ensure_command(secure_kafka, env_of, listener, capsys):
 async def test_ingest_writers_produce(secure_kafka, listener):
     from headwater.ingest.writers.aiokafka_writer import AiokafkaWriter
     from headwater.ingest.writers.confluent_writer import ConfluentWriter
+    from headwater.ingest.writers.protocol import Delivered
 
     settings = secure_kafka.settings(listener)
     topic = _new_topic(secure_kafka, listener, partitions=3)
@@ -91,6 +92,8 @@ async def test_ingest_writers_produce(secure_kafka, listener):
             ack = await asyncio.wait_for(
                 await writer.send(topic, b"acme/dev-7", type(writer).__name__.encode(), []), 15
             )
+            # Both answer in the protocol's own terms, whatever their client returns.
+            assert isinstance(ack, Delivered) and ack.topic == topic, ack
             partitions.append(ack.partition)
         finally:
             await writer.stop(5)

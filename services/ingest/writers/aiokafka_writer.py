@@ -18,7 +18,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.structs import RecordMetadata
 
 from headwater.ingest.writers.produce_errors import Kind, ProduceError
-from headwater.ingest.writers.protocol import Headers
+from headwater.ingest.writers.protocol import Delivered, Headers
 from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class AiokafkaWriter:
 
     async def send(
         self, topic: str, key: bytes, value: bytes, headers: Headers
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> asyncio.Future[Delivered]:
         """Queue one record; the future resolves with its partition and offset."""
         if self._producer is None:
             raise ProduceError(Kind.RETRIABLE, "the producer is not started", "NOT_STARTED")
@@ -79,7 +79,7 @@ class AiokafkaWriter:
             sent = await self._producer.send(topic, value, key=key, headers=list(headers))
         except kafka_errors.KafkaError as exc:
             raise produce_error(exc) from exc
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
         sent.add_done_callback(functools.partial(_settle, future))
         return future
 
@@ -123,7 +123,7 @@ def produce_error(exc: BaseException) -> ProduceError:
     return ProduceError(Kind.OTHER, str(exc), name)
 
 
-def _settle(future: asyncio.Future[RecordMetadata], sent: asyncio.Future[RecordMetadata]) -> None:
+def _settle(future: asyncio.Future[Delivered], sent: asyncio.Future[RecordMetadata]) -> None:
     """Copy aiokafka's outcome to the servicer's future, its error as a ProduceError."""
     if future.done():
         return
@@ -132,7 +132,8 @@ def _settle(future: asyncio.Future[RecordMetadata], sent: asyncio.Future[RecordM
     elif (exc := sent.exception()) is not None:
         future.set_exception(exc if isinstance(exc, ProduceError) else produce_error(exc))
     else:
-        future.set_result(sent.result())
+        md = sent.result()
+        future.set_result(Delivered(md.topic, md.partition, md.offset))
 
 
 async def _close_quietly(producer: AIOKafkaProducer) -> None:

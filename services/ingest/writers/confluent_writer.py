@@ -21,24 +21,16 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from headwater.ingest.writers.produce_errors import Kind, ProduceError
-from headwater.ingest.writers.protocol import Headers
+from headwater.ingest.writers.protocol import Delivered, Headers
 from headwater.kafka.diagnose import explain
 from headwater.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-
-
-class Delivered(NamedTuple):
-    """What the servicer reads from an acknowledged record (as aiokafka's RecordMetadata)."""
-
-    topic: str
-    partition: int
-    offset: int
 
 
 _TIMEOUTS = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT}

@@ -1,19 +1,26 @@
-"""What the service asks of a Kafka writer: the ``RecordWriter`` protocol and its ``Headers``.
+"""What the service asks of a Kafka writer: ``RecordWriter``, its ``Headers`` and ``Delivered``.
 
-The write path and the command relay depend on this alone, so a writer can change (or a
-new client be added, ``HEADWATER_INGEST_PRODUCER``) without touching them.
+The write path and the commands depend on this alone, and it names no Kafka client, so a
+writer can change (or a new client be added, ``HEADWATER_INGEST_PRODUCER``) without
+touching them, and the default writer never imports another client.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
-
-from aiokafka.structs import RecordMetadata
+from typing import NamedTuple, Protocol
 
 #: A record's headers as (key, value) pairs, in order.
 Headers = Sequence[tuple[str, bytes]]
+
+
+class Delivered(NamedTuple):
+    """Where the broker stored an acknowledged record."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 class RecordWriter(Protocol):
@@ -29,7 +36,7 @@ class RecordWriter(Protocol):
 
     async def send(
         self, topic: str, key: bytes, value: bytes, headers: Headers
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> asyncio.Future[Delivered]:
         """Queue one record; the returned future resolves on the broker's ack."""
         ...
 

@@ -33,7 +33,7 @@ from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.rpc.server import TRACE_RATIO
 from headwater.ingest.rpc.servicer import IngestServicer
 from headwater.ingest.settings import IngestSettings
-from headwater.ingest.writers.confluent_writer import Delivered
+from headwater.ingest.writers.protocol import Delivered
 from headwater.runtime.telemetry import create_telemetry
 from headwater.wire import length_field
 
