@@ -6,8 +6,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from headwater.errors import HeadwaterError
 
-class SettingError(ValueError):
+
+class SettingError(HeadwaterError, ValueError):
     """An environment variable holds a value that cannot be used."""
 
 

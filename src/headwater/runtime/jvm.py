@@ -14,6 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from headwater.errors import HeadwaterError
+
 #: The jar folders ``jvm/<name>/pom.xml`` fills.
 KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
@@ -21,7 +23,7 @@ SPARK_KAFKA = "spark-kafka"
 ENRICHER_STATE = "enricher-state"
 
 
-class JvmSetupError(RuntimeError):
+class JvmSetupError(HeadwaterError, RuntimeError):
     """Java or the project's jars are missing; the message says how to install them."""
 
 
