@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import pkgutil
 from pathlib import Path
 
 import pytest
@@ -14,27 +13,7 @@ from headwater.errors import HeadwaterError
 from headwater.gateway.errors import CallFailedError, SpoolFullError
 from headwater.runtime.env import SettingError
 from headwater.subscriber.errors import DeadLetterTopicError, SubscriberError
-
-#: The libraries of src/headwater (the services and the dev tooling have their own passes).
-LIBRARIES = (
-    "headwater.commands",
-    "headwater.gateway",
-    "headwater.kafka",
-    "headwater.master",
-    "headwater.ops",
-    "headwater.runtime",
-    "headwater.subscriber",
-)
-ROOT_MODULES = ("headwater.contracts", "headwater.endpoints", "headwater.topics", "headwater.wire")
-
-
-def _modules() -> list[str]:
-    names = list(ROOT_MODULES)
-    for package in LIBRARIES:
-        names.append(package)
-        path = importlib.import_module(package).__path__
-        names += [m.name for m in pkgutil.walk_packages(path, package + ".")]
-    return names
+from tests.support.libraries import library_modules
 
 
 def _errors_defined_in(module_name: str) -> list[type[BaseException]]:
@@ -47,7 +26,7 @@ def _errors_defined_in(module_name: str) -> list[type[BaseException]]:
 
 
 def test_the_libraries_define_errors_and_each_is_a_headwater_error():
-    errors = [cls for name in _modules() for cls in _errors_defined_in(name)]
+    errors = [cls for name in library_modules() for cls in _errors_defined_in(name)]
     assert len(errors) >= 20, errors  # the walk sees them (a broken walk would pass vacuously)
     outside = [
         f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, HeadwaterError)
