@@ -150,7 +150,9 @@ class Declared:
     def parse(self, raw: str, label: str) -> Any:
         """Return ``raw`` as this setting's type, checked; ``label`` names it in errors."""
         value = _parse(self.kind, raw.strip(), label, self.spec.minimum)
-        return _choice(value, label, self.spec.choices) if self.spec.choices else value
+        if self.spec.choices and value is not None:
+            return _choice(value, label, self.spec.choices)
+        return value
 
 
 class Settings:
@@ -279,7 +281,8 @@ class Settings:
                 values[d.field] = old
             elif d.required:
                 missing.append(d)
-        for d in missing:
+        if missing:  # checked after every read, so --help's recording sees them all
+            d = missing[0]
             where = f"{d.flag} or {d.variable}" if d.flag else d.variable
             raise SettingError(f"{where} is not set: {d.spec.help}")
         settings = cls(**(values | dict(given)))
