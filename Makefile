@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-images images lint protos descriptors baseline bench constraints clean
+.PHONY: install run test test-images images lint protos docs descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; constraints.txt
 # pins the versions that were tested behind pyproject.toml's ranges.
@@ -58,6 +58,9 @@ lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 
 protos: $(STAMP) ## regenerate src/headwater/proto from proto/
 	$(BIN)/python scripts/generate_protos.py
+
+docs: $(STAMP) ## rewrite the settings tables in the docs from the settings declarations
+	$(BIN)/python scripts/settings_docs.py
 
 descriptors: $(STAMP) ## dist/headwater.binpb: the descriptor set, to decode every topic in any language
 	mkdir -p dist

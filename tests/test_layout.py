@@ -37,8 +37,7 @@ PRODUCTION = (
     "headwater.endpoints",
     "headwater.wire",
     "headwater.record_headers",
-    "headwater.kafka_settings",
-    "headwater.telemetry",
+    "headwater.errors",
 )
 
 #: Dev tooling that production must not import.

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from headwater.errors import HeadwaterError
+
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
-class WireFormatError(ValueError):
+class WireFormatError(HeadwaterError, ValueError):
     """The bytes are not a well-formed protobuf message (``field``: the one at fault)."""
 
     def __init__(self, message: str, field: str = "") -> None:

@@ -257,8 +257,9 @@ async def test_the_feed_says_so_when_it_cannot_read_to_the_end_in_time():
 def test_an_empty_bootstrap_variable_means_the_default_broker(monkeypatch):
     """As for every other command group: an empty HEADWATER_KAFKA_BOOTSTRAP_SERVERS is unset."""
     from headwater.cli import build_parser
+    from headwater.kafka.options import kafka_from_args
     from headwater.kafka.settings import DEFAULT_BOOTSTRAP_SERVERS
 
     monkeypatch.setenv("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "")
     args = build_parser().parse_args(["command", "status", "c-1"])
-    assert args.bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS
+    assert kafka_from_args(args).bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS

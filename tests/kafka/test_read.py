@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import Producer
 
-from headwater.kafka.read import READ_ROLE, TopicMissing, read_topic
+from headwater.kafka.read import READ_ROLE, TopicMissingError, read_topic
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
@@ -39,7 +39,7 @@ def test_an_empty_topic_gives_nothing(kafka_bootstrap, topic_factory) -> None:
 def test_a_missing_topic_gives_nothing_unless_required(kafka_bootstrap) -> None:
     missing = f"missing.{uuid.uuid4().hex[:8]}"
     assert list(read_topic(kafka_bootstrap, missing, 10)) == []
-    with pytest.raises(TopicMissing, match=f"topic {missing} does not exist"):
+    with pytest.raises(TopicMissingError, match=f"topic {missing} does not exist"):
         list(read_topic(kafka_bootstrap, missing, 10, require=True))
 
 

@@ -22,7 +22,7 @@ from .conftest import TEST_SESSION_TIMEOUT_S, committed, completion, new_group, 
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "completion_subscriber.py"
 ENV = os.environ | {
-    "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_S": str(TEST_SESSION_TIMEOUT_S),
+    "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_SECONDS": str(TEST_SESSION_TIMEOUT_S),
 }
 
 # Handles into a plain (not idempotent) table, so a repeat would show. With CRASH_AT set,

@@ -41,7 +41,7 @@ async def _run_block(
         env=os.environ
         | {
             "HEADWATER_SUBSCRIBER_START": "earliest",  # these groups are new
-            "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_S": str(TEST_SESSION_TIMEOUT_S),
+            "HEADWATER_SUBSCRIBER_SESSION_TIMEOUT_SECONDS": str(TEST_SESSION_TIMEOUT_S),
         }
         | env,
         stdout=asyncio.subprocess.PIPE,

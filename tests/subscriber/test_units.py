@@ -183,5 +183,5 @@ def test_start_point_error_says_what_to_run():
 def test_every_setting_is_in_the_docs_table():
     doc = (Path(__file__).parents[2] / "docs" / "subscribe.md").read_text()
     for f in dataclasses.fields(SubscriberSettings):
-        row = f"| `HEADWATER_SUBSCRIBER_{f.name.upper()}` | `{f.name}` |"
+        row = f"| `{f.name}` | `{SubscriberSettings.variable(f.name)}` |"
         assert row in doc, f"docs/subscribe.md: add the settings row for {f.name}"

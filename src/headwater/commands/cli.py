@@ -7,33 +7,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from headwater.kafka.settings import bootstrap_from_env
+from headwater.kafka.options import add_kafka_options, kafka_from_args, topic_prefix_from_args
 
 #: Exit status when ``status`` finds no such command.
 NOT_FOUND = 1
 #: Exit status when a command is refused (bad input, not permitted).
 REFUSED = 2
-#: Tenants the CLI may command: comma-separated, "*" for any (the default).
-TENANTS_ENV = "HEADWATER_COMMAND_TENANTS"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-servers",
-        default=bootstrap_from_env(),
-        help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS); security "
-        "comes from HEADWATER_KAFKA_*",
-    )
-    parser.add_argument(
-        "--topic-prefix",
-        default=os.environ.get("HEADWATER_ENRICHER_TOPIC_PREFIX", ""),
-        help="prefix of the topic names (default: $HEADWATER_ENRICHER_TOPIC_PREFIX, else none)",
-    )
+    add_kafka_options(parser, topic_prefix=True)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -99,14 +86,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from headwater.kafka.settings import resolve_kafka
-
-    return resolve_kafka(args.bootstrap_servers)
+    return kafka_from_args(args)
 
 
 def _send(args: argparse.Namespace) -> int:
     from headwater.commands.errors import CommandRefusedError
     from headwater.commands.sender import CommandSender
+    from headwater.commands.settings import SenderSettings
 
     if args.payload_file is None:
         payload = b""
@@ -118,9 +104,11 @@ def _send(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"headwater command send: cannot read --payload-file: {exc}", file=sys.stderr)
             return REFUSED
-    tenants = [t.strip() for t in os.environ.get(TENANTS_ENV, "*").split(",") if t.strip()]
+    tenants = list(SenderSettings.from_env().tenants)
     try:
-        with CommandSender(_kafka(args), tenants, topic_prefix=args.topic_prefix) as sender:
+        with CommandSender(
+            _kafka(args), tenants, topic_prefix=topic_prefix_from_args(args)
+        ) as sender:
             sent = sender.send(
                 args.tenant,
                 args.device_id,
@@ -152,7 +140,7 @@ def _histories(args: argparse.Namespace) -> Any:
     from headwater.commands.history import read_histories
     from headwater.topics import COMMAND_STATUS_TOPIC
 
-    return read_histories(_kafka(args), args.topic_prefix + COMMAND_STATUS_TOPIC)
+    return read_histories(_kafka(args), topic_prefix_from_args(args) + COMMAND_STATUS_TOPIC)
 
 
 def _status(args: argparse.Namespace) -> int:

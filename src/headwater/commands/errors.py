@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from headwater.errors import HeadwaterError
 
-class CommandRefusedError(ValueError):
+
+class CommandRefusedError(HeadwaterError, ValueError):
     """The command was not written; ``reason`` is stable, the message says what to do."""
 
     def __init__(self, reason: str, message: str) -> None:

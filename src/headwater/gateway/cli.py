@@ -35,14 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "messages are still spooled at --within.",
     )
     drain.add_argument("--spool", required=True, help="the spool's SQLite file")
-    drain.add_argument("--target", required=True, help="host:port or dns:///host:port")
+    GatewayConfig.add_arguments(drain)
     drain.add_argument(
         "--token-env",
-        default="HEADWATER_GATEWAY_TOKEN",
+        default=GatewayConfig.variable("token"),
         help="environment variable holding the bearer token (default: %(default)s)",
     )
     drain.add_argument("--batch", action="store_true", help="batch calls instead of a stream")
-    drain.add_argument("--frame-messages", type=int, default=100, help="messages per frame")
     drain.add_argument("--within", type=float, default=300.0, help="give up after SECONDS")
     drain.set_defaults(func=_drain)
 
@@ -64,11 +63,8 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _drain(args: argparse.Namespace) -> int:
-    config = GatewayConfig(
-        target=args.target,
-        token=os.environ.get(args.token_env) or None,
-        use_stream=not args.batch,
-        frame_messages=args.frame_messages,
+    config = GatewayConfig.from_args(
+        args, token=os.environ.get(args.token_env) or None, use_stream=not args.batch
     )
 
     async def run() -> bool:

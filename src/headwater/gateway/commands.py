@@ -33,6 +33,7 @@ import grpc
 
 from headwater.commands import model
 from headwater.endpoints import COMMAND_STATUS, COMMAND_STATUS_CONTENT_TYPE, SERVICE_NAME
+from headwater.errors import HeadwaterError
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.records import NewMessage
 from headwater.gateway.spool import Spool
@@ -50,7 +51,7 @@ _FINISH_EVERY_S = 0.05
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
 
 
-class RejectCommand(Exception):
+class RejectCommand(HeadwaterError):
     """Raise from a handler to refuse a command (unknown name, bad payload): REJECTED."""
 
     def __init__(self, reason: str, message: str = "") -> None:

@@ -6,12 +6,14 @@ never leaks them.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
-from headwater.runtime.env import SettingError, env_bool, env_float, env_int, env_str
+from headwater.runtime.settings import Settings, setting
 
 #: The ingest service's ceiling on messages per request (HEADWATER_INGEST_MAX_BATCH_MESSAGES).
 MAX_FRAME_MESSAGES = 500
@@ -34,27 +36,80 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
-class GatewayConfig:
-    """Where and how to send (every field is documented in docs/gateway.md)."""
+class TlsFiles(Settings):
+    """The TLS files of ``HEADWATER_GATEWAY_TLS_*``, read into a :class:`TlsConfig`."""
 
-    #: "host:port", or "dns:///ingest.example.com:50051" to balance over every address.
-    target: str
-    #: Bearer token; the server's tokens file holds its SHA-256.
-    token: str | None = field(default=None, repr=False)
+    env_prefix: ClassVar[str] = "HEADWATER_GATEWAY_"
+
+    tls: bool = setting(False, help="TLS with the system's roots (implied by any TLS file)")
+    tls_ca_file: str = setting("", help="CA bundle (PEM) the server certificate must chain to")
+    tls_cert_file: str = setting("", help="client certificate chain (PEM): mTLS, CN = gateway id")
+    tls_key_file: str = setting("", help="the client certificate's key (PEM)")
+    tls_server_name: str = setting(
+        "", help="the name the server certificate is issued for, when not the target's host"
+    )
+
+    def config(self) -> TlsConfig | None:
+        """Return the TLS configuration, or None for plaintext (no file and ``tls`` off)."""
+        ca, cert, key = self.tls_ca_file, self.tls_cert_file, self.tls_key_file
+        if not (ca or cert or key or self.tls):
+            return None
+        return TlsConfig(
+            root_certificates=_read(ca),
+            client_certificate_chain=_read(cert),
+            client_private_key=_read(key),
+            server_name=self.tls_server_name or None,
+        )
+
+
+@dataclass(frozen=True)
+class GatewayConfig(Settings):
+    """Where and how to send (the table in docs/gateway.md is generated from these fields)."""
+
+    env_prefix: ClassVar[str] = "HEADWATER_GATEWAY_"
+
+    target: str = setting(
+        help="`host:port`, or `dns:///host:port` to balance over every address", flag=True
+    )
+    token: str | None = setting(
+        None,
+        secret=True,
+        help="bearer token (`authorization: Bearer …`); the server's tokens file holds its SHA-256",
+    )
+    #: TLS to the ingest service (``HEADWATER_GATEWAY_TLS_*``, see :class:`TlsFiles`).
     tls: TlsConfig | None = None
-    use_stream: bool = True
-    #: Messages per stream frame or batch call (the server takes at most 500).
-    frame_messages: int = 100
-    #: Envelope bytes per frame; below the server's 4 MiB request limit and its budget.
-    frame_max_bytes: int = 1024 * 1024
-    #: Frames in flight per stream, unanswered.
-    window_frames: int = 4
-    #: Deadline of a batch call, and of each stream frame's answer.
-    call_timeout_s: float = 10.0
-    backoff_initial_s: float = 0.2
-    backoff_max_s: float = 30.0
-    #: How often an idle sender looks for new or due messages (enqueues also wake it).
-    idle_poll_s: float = 0.5
+    use_stream: bool = setting(True, help="one stream per endpoint; `false`: batch calls")
+    frame_messages: int = setting(
+        100,
+        minimum=1,
+        flag=True,
+        help=f"messages per stream frame or batch call (1 to {MAX_FRAME_MESSAGES}, the server's "
+        "ceiling)",
+    )
+    frame_max_bytes: int = setting(
+        1024 * 1024,
+        env="",
+        unit="bytes",
+        help="envelope bytes per frame, below the server's 4 MiB request limit (one bigger "
+        "message still goes alone)",
+    )
+    window_frames: int = setting(4, env="", help="frames in flight per stream, unanswered")
+    call_timeout_s: float = setting(
+        10.0, minimum=0.1, unit="s", help="deadline of a batch call, and of each frame's answer"
+    )
+    backoff_initial_s: float = setting(
+        0.2,
+        env="",
+        unit="s",
+        help="first retry delay; exponential with full jitter (also caps gRPC's reconnect backoff)",
+    )
+    backoff_max_s: float = setting(30.0, env="", unit="s", help="longest retry delay")
+    idle_poll_s: float = setting(
+        0.5,
+        env="",
+        unit="s",
+        help="how often an idle sender looks for due retries (enqueues wake it at once)",
+    )
 
     def __post_init__(self) -> None:
         if not 1 <= self.frame_messages <= MAX_FRAME_MESSAGES:
@@ -65,33 +120,18 @@ class GatewayConfig:
             raise ValueError("call_timeout_s and backoff_initial_s must be positive")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> Self:
         """Read ``HEADWATER_GATEWAY_*`` (see docs/gateway.md); raise SettingError if bad."""
         env = os.environ if env is None else env
-        target = env_str(env, "HEADWATER_GATEWAY_TARGET", "")
-        if not target:
-            raise SettingError("HEADWATER_GATEWAY_TARGET is not set (host:port or dns:///...)")
-        ca, cert, key = (
-            env_str(env, f"HEADWATER_GATEWAY_TLS_{n}_FILE", "") for n in ("CA", "CERT", "KEY")
-        )
-        tls = None
-        if ca or cert or key or env_bool(env, "HEADWATER_GATEWAY_TLS", False):
-            tls = TlsConfig(
-                root_certificates=_read(ca),
-                client_certificate_chain=_read(cert),
-                client_private_key=_read(key),
-                server_name=env_str(env, "HEADWATER_GATEWAY_TLS_SERVER_NAME", "") or None,
-            )
-        return cls(
-            target=target,
-            token=env_str(env, "HEADWATER_GATEWAY_TOKEN", "") or None,
-            tls=tls,
-            use_stream=env_bool(env, "HEADWATER_GATEWAY_USE_STREAM", cls.use_stream),
-            frame_messages=env_int(env, "HEADWATER_GATEWAY_FRAME_MESSAGES", cls.frame_messages, 1),
-            call_timeout_s=env_float(
-                env, "HEADWATER_GATEWAY_CALL_TIMEOUT_SECONDS", cls.call_timeout_s, 0.1
-            ),
-        )
+        return super().from_env(env, **({"tls": TlsFiles.from_env(env).config()} | given))
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] | None = None, **given: Any
+    ) -> Self:
+        """Read as :meth:`from_env`; ``--target`` and ``--frame-messages`` win."""
+        env = os.environ if env is None else env
+        return super().from_args(args, env, **({"tls": TlsFiles.from_env(env).config()} | given))
 
 
 def _read(path: str) -> bytes | None:

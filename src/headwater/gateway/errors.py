@@ -10,11 +10,11 @@ from pathlib import Path
 
 import grpc
 
+from headwater.errors import HeadwaterError
 
-class GatewayError(Exception):
+
+class GatewayError(HeadwaterError):
     """Root of every error the gateway library raises on purpose."""
-
-    retriable = False
 
 
 class SpoolFullError(GatewayError):

@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from headwater.errors import HeadwaterError
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 
 #: The ``client.id`` role (and never-joined ``group.id``) of a read that names no other.
@@ -41,11 +42,11 @@ _TRANSIENT = {
 }
 
 
-class ReadError(RuntimeError):
+class ReadError(HeadwaterError, RuntimeError):
     """A topic could not be read to its end; the message says which and why."""
 
 
-class TopicMissing(ReadError):
+class TopicMissingError(ReadError):
     """The topic does not exist (only raised when the caller requires it)."""
 
 
@@ -66,10 +67,10 @@ def read_topic(
         topic: The topic to read.
         timeout_s: How long the whole read may take.
         client_role: Who reads: ``client.id`` role and the (never joined) ``group.id``.
-        require: Raise :class:`TopicMissing` when the topic does not exist (else: no records).
+        require: Raise :class:`TopicMissingError` when the topic does not exist (else: no records).
 
     Raises:
-        TopicMissing: ``require`` and the topic does not exist.
+        TopicMissingError: ``require`` and the topic does not exist.
         ReadError: The end was not reached within ``timeout_s``, or the broker refused the
             read (authorization, a fatal client error).
     """
@@ -83,7 +84,7 @@ def read_topic(
         metadata = consumer.list_topics(topic, timeout=min(15.0, timeout_s)).topics.get(topic)
         if metadata is None or metadata.error is not None:
             if require:
-                raise TopicMissing(
+                raise TopicMissingError(
                     f"topic {topic} does not exist on {settings.bootstrap_servers}: create it "
                     "with `headwater topics ensure` (or check the topic prefix)"
                 )

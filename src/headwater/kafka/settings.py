@@ -8,15 +8,17 @@ from here, so a cluster that needs SASL_SSL or mTLS is configured once for all o
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from headwater.runtime.env import SettingError, env_int, env_str
+from headwater.runtime.env import SettingError, env_str
+from headwater.runtime.settings import Renamed, Settings, setting
 
 #: The partitioner of every producer of keyed records. It is the Java client's (and
 #: aiokafka's) murmur2 hash, so a device's records land on one partition whichever client
@@ -31,21 +33,11 @@ DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
-#: The settings named in errors, so a message says which variable to fix.
-ENV_PASSWORD = "HEADWATER_KAFKA_SASL_PASSWORD"
-ENV_CA = "HEADWATER_KAFKA_SSL_CA_LOCATION"
-ENV_CERT = "HEADWATER_KAFKA_SSL_CERTIFICATE_LOCATION"
-ENV_KEY = "HEADWATER_KAFKA_SSL_KEY_LOCATION"
-
 
 def bootstrap_from_env(env: Mapping[str, str] | None = None) -> str:
-    """Return ``HEADWATER_KAFKA_BOOTSTRAP_SERVERS``, else :data:`DEFAULT_BOOTSTRAP_SERVERS`.
-
-    The default of every ``--bootstrap-servers`` option (standard library only: command
-    groups register without their extras).
-    """
+    """Return ``HEADWATER_KAFKA_BOOTSTRAP_SERVERS``, else :data:`DEFAULT_BOOTSTRAP_SERVERS`."""
     env = os.environ if env is None else env
-    return env.get("HEADWATER_KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS
+    return env_str(env, KafkaSettings.variable("bootstrap_servers"), DEFAULT_BOOTSTRAP_SERVERS)
 
 
 def default_instance(env: Mapping[str, str] | None = None) -> str:
@@ -63,89 +55,96 @@ def default_instance(env: Mapping[str, str] | None = None) -> str:
 
 
 @dataclass(frozen=True)
-class KafkaSettings:
+class KafkaSettings(Settings):
     """Connection, security and producer settings shared by every Kafka client."""
 
-    bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
-    linger_ms: int = 5
-    compression_type: str = "none"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str = ""
-    sasl_username: str = ""
-    sasl_password: str = field(default="", repr=False)  # a secret: never printed
-    #: CA bundle (PEM) the brokers' certificates are checked against; empty: the system's.
-    ssl_ca_location: str = ""
-    #: Client certificate (PEM, chain allowed) and its PKCS#8 key, for mTLS (Strimzi
-    #: ``authentication: tls``); both or neither.
-    ssl_certificate_location: str = ""
-    ssl_key_location: str = ""
-    ssl_key_password: str = field(default="", repr=False)
-    #: Overrides the generated ``client.id`` (``<role>-<instance>``) when set.
-    client_id: str = ""
+    env_prefix: ClassVar[str] = "HEADWATER_KAFKA_"
+
+    bootstrap_servers: str = setting(
+        DEFAULT_BOOTSTRAP_SERVERS,
+        help="brokers to connect to (`host:port`, comma-separated)",
+        flag=True,
+    )
+    linger_s: float = setting(
+        0.005,
+        unit="s",
+        help="producer batching delay",
+        renamed=(Renamed("HEADWATER_KAFKA_LINGER_MS", scale=0.001),),
+    )
+    compression_type: str = setting(
+        "none", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="producer compression"
+    )
+    security_protocol: str = setting(
+        "PLAINTEXT", choices=PROTOCOLS, help="how to reach the brokers", flag=True
+    )
+    sasl_mechanism: str = setting(
+        "", choices=MECHANISMS, help="SASL mechanism; required with `SASL_*` protocols", flag=True
+    )
+    sasl_username: str = setting("", help="SASL user", flag=True)
+    sasl_password: str = setting("", secret=True, help="SASL password (never printed)")
+    ssl_ca_location: str = setting(
+        "",
+        shown="(system)",
+        help="CA bundle (PEM) the brokers' certificates are checked against",
+        renamed=(Renamed("HEADWATER_KAFKA_SSL_CAFILE"),),
+        flag=True,
+    )
+    ssl_certificate_location: str = setting(
+        "",
+        help="client certificate (PEM, chain allowed) for mTLS, e.g. a Strimzi KafkaUser with "
+        "`authentication: tls`; with `HEADWATER_KAFKA_SSL_KEY_LOCATION`",
+        flag=True,
+    )
+    ssl_key_location: str = setting(
+        "", help="the client certificate's PKCS#8 key (PEM); both or neither", flag=True
+    )
+    ssl_key_password: str = setting("", secret=True, help="password of an encrypted client key")
+    client_id: str = setting(
+        "",
+        shown="<role>-<pod name or host-pid>",
+        help="overrides `client.id`; by default each client is named by its role "
+        "(`headwater-ingest`, `headwater-enricher-source`, `headwater-topics`, `headwater-ops`, "
+        "`headwater-subscriber-<group>`...) and its process: the pod name (`POD_NAME`, else "
+        "`HOSTNAME`), else host and pid",
+    )
     #: This process's name in ``client.id`` (the pod name where there is one).
     instance: str = field(default_factory=default_instance)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
-        """Read and check the settings from ``HEADWATER_KAFKA_*`` environment variables.
-
-        Raises:
-            SettingError: a value that cannot work, naming the variable.
-        """
+    def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> Self:
+        """Read and check ``HEADWATER_KAFKA_*``; raise SettingError naming a bad variable."""
         env = os.environ if env is None else env
-        compression = env_str(env, "HEADWATER_KAFKA_COMPRESSION_TYPE", "none")
-        if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
-            raise SettingError(
-                f"HEADWATER_KAFKA_COMPRESSION_TYPE={compression!r}: use none, gzip, snappy, "
-                "lz4 or zstd"
-            )
-        protocol = env_str(env, "HEADWATER_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper()
-        if protocol not in PROTOCOLS:
-            raise SettingError(
-                f"HEADWATER_KAFKA_SECURITY_PROTOCOL={protocol!r}: use one of {', '.join(PROTOCOLS)}"
-            )
-        mechanism = env_str(env, "HEADWATER_KAFKA_SASL_MECHANISM", "").upper()
-        if mechanism and mechanism not in MECHANISMS:
-            raise SettingError(
-                f"HEADWATER_KAFKA_SASL_MECHANISM={mechanism!r}: use one of {', '.join(MECHANISMS)}"
-            )
-        if protocol.startswith("SASL_") and not mechanism:
-            raise SettingError(
-                f"HEADWATER_KAFKA_SECURITY_PROTOCOL={protocol} needs HEADWATER_KAFKA_SASL_MECHANISM"
-            )
-        username = env_str(env, "HEADWATER_KAFKA_SASL_USERNAME", "")
-        if mechanism and not username:
-            raise SettingError(
-                "HEADWATER_KAFKA_SASL_MECHANISM is set: set HEADWATER_KAFKA_SASL_USERNAME"
-            )
-        # HEADWATER_KAFKA_SSL_CAFILE is the earlier name of the CA setting; still read.
-        ca = env_str(env, ENV_CA, "") or env_str(env, "HEADWATER_KAFKA_SSL_CAFILE", "")
-        cert = env_str(env, ENV_CERT, "")
-        key = env_str(env, ENV_KEY, "")
+        return super().from_env(env, **({"instance": default_instance(env)} | given))
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] | None = None, **given: Any
+    ) -> Self:
+        """Read as :meth:`from_env`; the Kafka flags given on the command line win."""
+        env = os.environ if env is None else env
+        return super().from_args(args, env, **({"instance": default_instance(env)} | given))
+
+    def check(self) -> None:
+        """Raise SettingError for settings that need each other, or files that cannot be read."""
+        v = self.variable
+        protocol = self.security_protocol
+        if protocol.startswith("SASL_") and not self.sasl_mechanism:
+            raise SettingError(f"{v('security_protocol')}={protocol} needs {v('sasl_mechanism')}")
+        if self.sasl_mechanism and not self.sasl_username:
+            raise SettingError(f"{v('sasl_mechanism')} is set: set {v('sasl_username')}")
+        cert, key = self.ssl_certificate_location, self.ssl_key_location
         if bool(cert) != bool(key):
             raise SettingError(
                 f"set both {ENV_CERT} and {ENV_KEY} (the client certificate), or neither"
             )
-        for name, path in ((ENV_CA, ca), (ENV_CERT, cert), (ENV_KEY, key)):
+        for name, path in ((ENV_CA, self.ssl_ca_location), (ENV_CERT, cert), (ENV_KEY, key)):
             if path and not os.access(path, os.R_OK):
                 raise SettingError(f"{name}={path!r}: no readable file there")
-        return cls(
-            bootstrap_servers=env_str(
-                env, "HEADWATER_KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP_SERVERS
-            ),
-            linger_ms=env_int(env, "HEADWATER_KAFKA_LINGER_MS", 5),
-            compression_type=compression,
-            security_protocol=protocol,
-            sasl_mechanism=mechanism,
-            sasl_username=username,
-            sasl_password=env_str(env, ENV_PASSWORD, ""),
-            ssl_ca_location=ca,
-            ssl_certificate_location=cert,
-            ssl_key_location=key,
-            ssl_key_password=env_str(env, "HEADWATER_KAFKA_SSL_KEY_PASSWORD", ""),
-            client_id=env_str(env, "HEADWATER_KAFKA_CLIENT_ID", ""),
-            instance=default_instance(env),
-        )
+
+    @property
+    def linger_ms(self) -> int:
+        """The batching delay in milliseconds, as the clients take it."""
+        return round(self.linger_s * 1000)
 
     @property
     def uses_tls(self) -> bool:
@@ -285,6 +284,13 @@ class KafkaSettings:
             if self.ssl_key_password:
                 conf["ssl.key.password"] = self.ssl_key_password
         return conf
+
+
+#: The settings named in errors, so a message says which variable to fix.
+ENV_PASSWORD = KafkaSettings.variable("sasl_password")
+ENV_CA = KafkaSettings.variable("ssl_ca_location")
+ENV_CERT = KafkaSettings.variable("ssl_certificate_location")
+ENV_KEY = KafkaSettings.variable("ssl_key_location")
 
 
 def _read_pem(setting: str, path: str) -> str:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from headwater.kafka.settings import bootstrap_from_env
+from headwater.kafka.options import add_kafka_options, kafka_from_args, topic_prefix_from_args
 
 #: Exit status when ``show`` finds no record, and when a file or the topic is refused.
 NOT_FOUND = 1
@@ -22,18 +21,7 @@ REFUSED = 2
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-servers",
-        default=bootstrap_from_env(),
-        help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS); security "
-        "comes from HEADWATER_KAFKA_*",
-    )
-    parser.add_argument(
-        "--topic-prefix",
-        default=os.environ.get("HEADWATER_ENRICHER_TOPIC_PREFIX", ""),
-        help="prefix of the topic names, as the enricher's (default: "
-        "$HEADWATER_ENRICHER_TOPIC_PREFIX, else none)",
-    )
+    add_kafka_options(parser, topic_prefix=True)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -49,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Device master data (headwater.master.v1.DeviceMaster) in the compacted topic "
             "master.devices.v1, keyed <tenant>/<device_id>. The enricher needs a record for "
             "every device it enriches. Kafka connection and security come from the "
-            "variables below (--bootstrap-servers overrides the first)."
+            "variables below; a Kafka flag overrides its variable."
         ),
         epilog=env_help(KafkaSettings.from_env),
         formatter_class=EnvHelpFormatter,
@@ -124,15 +112,13 @@ def _device(parser: argparse.ArgumentParser) -> None:
 
 
 def _kafka(args: argparse.Namespace) -> Any:
-    from headwater.kafka.settings import resolve_kafka
-
-    return resolve_kafka(args.bootstrap_servers)
+    return kafka_from_args(args)
 
 
 def _topic(args: argparse.Namespace) -> str:
     from headwater.master.store import master_topic
 
-    return master_topic(args.topic_prefix)
+    return master_topic(topic_prefix_from_args(args))
 
 
 def _fail(args: argparse.Namespace, exc: Exception) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headwater.errors import HeadwaterError
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import scoped_key
 
@@ -35,7 +36,7 @@ TENANT = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 MAX_TEXT = 256
 
 
-class MasterFileError(ValueError):
+class MasterFileError(HeadwaterError, ValueError):
     """A master-data file cannot be loaded; the message starts with ``file:line``."""
 
 

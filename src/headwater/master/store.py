@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from headwater.errors import HeadwaterError
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import MASTER_DEVICES_TOPIC, scoped_key, split_scoped_key
@@ -19,7 +20,7 @@ from headwater.topics import MASTER_DEVICES_TOPIC, scoped_key, split_scoped_key
 CLIENT_ROLE = "headwater-master"
 
 
-class MasterStoreError(RuntimeError):
+class MasterStoreError(HeadwaterError, RuntimeError):
     """The topic cannot be read or written; the message says what to do."""
 
 

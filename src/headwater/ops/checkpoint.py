@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from headwater.errors import HeadwaterError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(HeadwaterError, RuntimeError):
     """The checkpoint cannot be read or changed as asked; the message says why."""
 
 

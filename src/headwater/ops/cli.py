@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 import time
 from datetime import UTC, datetime
 
-from headwater.kafka.settings import bootstrap_from_env
+from headwater.kafka.options import add_kafka_options, kafka_from_args
 from headwater.topics import DEADLETTER_TOPIC
 
 
-def _bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-servers",
-        default=bootstrap_from_env(),
-        help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
-    )
+def _kafka_and_json(parser: argparse.ArgumentParser) -> None:
+    add_kafka_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -54,7 +49,7 @@ def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
         cmd = commands.add_parser(
             name, help=helptext, description=helptext[0].upper() + helptext[1:] + "."
         )
-        _bootstrap(cmd)
+        _kafka_and_json(cmd)
         cmd.add_argument("--reason", help="only this reason, e.g. UNKNOWN_FORMAT")
         cmd.add_argument("--device", help="only this device id")
         cmd.add_argument("--message-id", action="append", help="only these message ids (repeat)")
@@ -82,7 +77,7 @@ def _dlq(args: argparse.Namespace) -> int:
     from headwater.ops.render import emit, fields
 
     chosen = dlq.select(
-        dlq.read_dead_letters(args.bootstrap_servers, args.topic),
+        dlq.read_dead_letters(kafka_from_args(args), args.topic),
         reason=args.reason,
         device=args.device,
         message_ids=set(args.message_id) if args.message_id else None,
@@ -117,7 +112,7 @@ def _dlq(args: argparse.Namespace) -> int:
         return 0
     try:
         results = dlq.redrive(
-            args.bootstrap_servers,
+            kafka_from_args(args),
             chosen,
             args.by,
             args.why,
@@ -167,7 +162,7 @@ def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
         help="committed offsets against log start and end",
         description="Show a group's committed offsets against the log start and end.",
     )
-    _bootstrap(show)
+    _kafka_and_json(show)
     show.add_argument("--group", required=True, help="consumer group id")
     show.add_argument("--topic", action="append", help="topics (default: those it committed)")
     show.set_defaults(func=_offsets_show)
@@ -180,7 +175,7 @@ def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
             "the prompt. Refused while the group has active members."
         ),
     )
-    _bootstrap(reset)
+    _kafka_and_json(reset)
     reset.add_argument("--group", required=True, help="consumer group id")
     reset.add_argument("--topic", action="append", required=True, help="topics to reset (repeat)")
     reset.add_argument("--to", required=True, choices=["earliest", "latest", "timestamp", "offset"])
@@ -201,7 +196,6 @@ def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
     checkpoint.add_argument("action", choices=["show", "set-start"])
     checkpoint.add_argument(
         "--checkpoint",
-        default=os.environ.get("HEADWATER_ENRICHER_CHECKPOINT_LOCATION", ""),
         help="checkpoint directory (default: $HEADWATER_ENRICHER_CHECKPOINT_LOCATION)",
     )
     checkpoint.add_argument("--topic", help="topic whose start to move (set-start)")
@@ -212,7 +206,7 @@ def _register_offsets(subparsers: argparse._SubParsersAction) -> None:
         "--log-start", action="store_true", help="the log's first offset now (skips the gap)"
     )
     checkpoint.add_argument("--execute", action="store_true", help="really change it")
-    _bootstrap(checkpoint)
+    _kafka_and_json(checkpoint)
     checkpoint.set_defaults(func=_offsets_checkpoint)
 
 
@@ -224,7 +218,7 @@ def _offsets_show(args: argparse.Namespace) -> int:
     from headwater.ops.render import emit
 
     emit(
-        [p.as_row() for p in show(admin_client(args.bootstrap_servers), args.group, args.topic)],
+        [p.as_row() for p in show(admin_client(kafka_from_args(args)), args.group, args.topic)],
         _OFFSET_COLUMNS,
         args.json,
     )
@@ -235,7 +229,7 @@ def _offsets_reset(args: argparse.Namespace) -> int:
     from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset
     from headwater.ops.render import emit
 
-    admin = admin_client(args.bootstrap_servers)
+    admin = admin_client(kafka_from_args(args))
     try:
         plan = plan_reset(admin, args.group, args.topic, args.to, args.value)
         emit(plan.rows(), [*_OFFSET_COLUMNS[:-1], "reset_to"], args.json)
@@ -256,11 +250,13 @@ def _offsets_reset(args: argparse.Namespace) -> int:
 
 def _offsets_checkpoint(args: argparse.Namespace) -> int:
     from headwater.ops.checkpoint import CheckpointError, read_checkpoint, set_start
+    from headwater.ops.enricher_position import EnricherPosition
     from headwater.ops.render import emit
 
     columns = ["batch", "source", "topic", "partition", "next_offset"]
+    location = args.checkpoint or EnricherPosition.from_env().checkpoint_location
     try:
-        view = read_checkpoint(args.checkpoint)
+        view = read_checkpoint(location)
         if args.action == "show":
             emit(view.rows(), columns, args.json)
             return 0
@@ -274,7 +270,7 @@ def _offsets_checkpoint(args: argparse.Namespace) -> int:
         if not args.execute:
             print("dry run: nothing changed (stop the query, then add --execute)", file=sys.stderr)
             return 0
-        new_view, backup = set_start(args.checkpoint, starts)
+        new_view, backup = set_start(location, starts)
     except CheckpointError as exc:
         print(f"headwater offsets checkpoint: {exc}", file=sys.stderr)
         return 2
@@ -292,7 +288,7 @@ def _new_starts(args: argparse.Namespace) -> dict[tuple[str, int], int]:
     from headwater.ops.offsets import admin_client, log_offsets
 
     partitions = [TopicPartition(args.topic, p) for p in args.partition]
-    starts = log_offsets(admin_client(args.bootstrap_servers), partitions, OffsetSpec.earliest())
+    starts = log_offsets(admin_client(kafka_from_args(args)), partitions, OffsetSpec.earliest())
     return dict(starts)
 
 
@@ -310,7 +306,7 @@ def _register_lag(subparsers: argparse._SubParsersAction) -> None:
             "instead, where a restart resumes from (works while the enricher is down)."
         ),
     )
-    _bootstrap(lag)
+    _kafka_and_json(lag)
     lag.add_argument(
         "--group",
         action="append",
@@ -334,7 +330,7 @@ def _lag(args: argparse.Namespace) -> int:
     from headwater.ops.render import emit
 
     groups = args.group or ([] if args.checkpoint else [enricher_group()])
-    admin = admin_client(args.bootstrap_servers)
+    admin = admin_client(kafka_from_args(args))
     while True:
         lags = [group_lag(admin, group, args.topic) for group in groups]
         if args.checkpoint:
@@ -390,7 +386,7 @@ def _register_status(subparsers: argparse._SubParsersAction) -> None:
     lag.add_argument("--checkpoint", metavar="PATH", help="take the lag from this checkpoint")
     lag.add_argument("--no-lag", action="store_true", help="do not check lag (no Kafka access)")
     status.add_argument("--lag-threshold", type=int, default=100_000, help="max acceptable lag")
-    _bootstrap(status)
+    _kafka_and_json(status)
     status.set_defaults(func=_status)
 
 
@@ -407,7 +403,7 @@ def _status(args: argparse.Namespace) -> int:
         from headwater.ops.lag import checkpoint_lag, enricher_group, group_lag
         from headwater.ops.offsets import OffsetsError, admin_client
 
-        admin = admin_client(args.bootstrap_servers)
+        admin = admin_client(kafka_from_args(args))
         try:
             if args.checkpoint:
                 progress = checkpoint_lag(admin, args.checkpoint)

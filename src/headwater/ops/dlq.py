@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from headwater import record_headers as rh
+from headwater.errors import HeadwaterError
 from headwater.kafka.read import read_topic
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.ops.render import escape
@@ -121,7 +122,7 @@ class RedriveResult:
     skipped_reason: str = ""
 
 
-class RedriveError(RuntimeError):
+class RedriveError(HeadwaterError, RuntimeError):
     """A redrive could not be delivered, or not checked; nothing after the failure was sent."""
 
 

@@ -10,7 +10,6 @@ resumes from.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +17,13 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headwater.ops.checkpoint import read_checkpoint
+from headwater.ops.enricher_position import EnricherPosition
 from headwater.ops.offsets import PartitionOffsets, positions, show
 
 # The consumer signals shown next to the lag, computed from the enricher's counter and
 # histograms (re-exported: the CLI imports them from here).
 from headwater.ops.scrape import SIGNALS, scrape_signals  # noqa: F401
 
-#: The enricher's progress group when ``HEADWATER_ENRICHER_PROGRESS_GROUP`` is unset
-#: (the same default as the enricher's settings).
-ENRICHER_PROGRESS_GROUP = "headwater-enricher"
 _TIMEOUT_S = 15
 #: Kafka's internal topic of committed offsets, created by the first commit.
 _OFFSETS_TOPIC = "__consumer_offsets"
@@ -51,8 +48,7 @@ class GroupLag:
 
 def enricher_group() -> str:
     """Return the group the enricher commits its progress to (``headwater-enricher``)."""
-    group = os.environ.get("HEADWATER_ENRICHER_PROGRESS_GROUP", "").strip()
-    return group if group and group.lower() != "off" else ENRICHER_PROGRESS_GROUP
+    return EnricherPosition.from_env().group
 
 
 def group_lag(admin: AdminClient, group: str, topics: list[str] | None = None) -> GroupLag:

@@ -19,13 +19,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from headwater.errors import HeadwaterError
 from headwater.kafka.diagnose import connected_admin
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 
 _TIMEOUT = 15
 
 
-class OffsetsError(RuntimeError):
+class OffsetsError(HeadwaterError, RuntimeError):
     """An offset operation cannot go ahead; the message says what to do instead."""
 
 

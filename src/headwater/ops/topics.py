@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from headwater.kafka.settings import bootstrap_from_env
+from headwater.kafka.options import add_kafka_options, kafka_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,11 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "differs from the description. Exits 3 when drift is found."
         ),
     )
-    ensure.add_argument(
-        "--bootstrap-servers",
-        default=bootstrap_from_env(),
-        help="Kafka bootstrap servers (default: $HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
-    )
+    add_kafka_options(ensure)
     ensure.add_argument("--partitions", type=int, default=6, help="partitions per topic")
     ensure.add_argument("--replication-factor", type=int, default=3, help="replicas per partition")
     ensure.add_argument("--json", action="store_true", help="print one JSON object per topic")
@@ -40,7 +36,7 @@ def _ensure(args: argparse.Namespace) -> int:
     from headwater.topics import all_topics
 
     reports = ensure_topics(
-        args.bootstrap_servers, all_topics(args.partitions, args.replication_factor)
+        kafka_from_args(args), all_topics(args.partitions, args.replication_factor)
     )
     for report in reports:
         if args.json:

@@ -6,8 +6,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from headwater.errors import HeadwaterError
 
-class SettingError(ValueError):
+
+class SettingError(HeadwaterError, ValueError):
     """An environment variable holds a value that cannot be used."""
 
 
@@ -30,13 +32,17 @@ def recording() -> Iterator[dict[str, str]]:
         _READS.reset(token)
 
 
-def env_str(env: Mapping[str, str], name: str, default: str) -> str:
-    """Return ``env[name]`` stripped, or ``default`` when unset or empty."""
+def read_variable(env: Mapping[str, str], name: str, shown_default: str) -> str:
+    """Return ``env[name]`` stripped ("" when unset), noting it for :func:`recording`."""
     reads = _READS.get()
     if reads is not None:
-        reads.setdefault(name, default)
-    value = env.get(name, "").strip()
-    return value or default
+        reads.setdefault(name, shown_default)
+    return env.get(name, "").strip()
+
+
+def env_str(env: Mapping[str, str], name: str, default: str) -> str:
+    """Return ``env[name]`` stripped, or ``default`` when unset or empty."""
+    return read_variable(env, name, default) or default
 
 
 def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:

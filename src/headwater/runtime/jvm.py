@@ -12,7 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
+
+from headwater.errors import HeadwaterError
+from headwater.runtime.settings import Settings, setting
 
 #: The jar folders ``jvm/<name>/pom.xml`` fills.
 KAFKA_BROKER = "kafka-broker"
@@ -21,13 +26,26 @@ SPARK_KAFKA = "spark-kafka"
 ENRICHER_STATE = "enricher-state"
 
 
-class JvmSetupError(RuntimeError):
+class JvmSetupError(HeadwaterError, RuntimeError):
     """Java or the project's jars are missing; the message says how to install them."""
+
+
+@dataclass(frozen=True)
+class JvmSettings(Settings):
+    """Where the jars are (the enricher image sets it; ``make install`` fills the default)."""
+
+    env_prefix: ClassVar[str] = "HEADWATER_"
+
+    jvm_dir: str = setting(
+        "",
+        shown="<venv>/jvm",
+        help="folder with one sub-folder of jars per `jvm/<name>/pom.xml`",
+    )
 
 
 def jvm_dir() -> Path:
     """Return the folder that holds one sub-folder of jars per ``jvm/<name>/pom.xml``."""
-    return Path(os.environ.get("HEADWATER_JVM_DIR") or Path(sys.prefix) / "jvm")
+    return Path(JvmSettings.from_env().jvm_dir or Path(sys.prefix) / "jvm")
 
 
 def jars(name: str) -> list[Path]:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry import trace
 
-from headwater.runtime.env import env_str
+from headwater.runtime.settings import Settings, setting
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -44,9 +44,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+@dataclass(frozen=True)
+class LogSettings(Settings):
+    """How much every Headwater process logs."""
+
+    env_prefix: ClassVar[str] = "HEADWATER_"
+
+    log_level: str = setting(
+        "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), help="JSON log level"
+    )
+
+
 def log_level(env: Mapping[str, str] | None = None) -> str:
-    """Return ``HEADWATER_LOG_LEVEL`` (upper case), INFO when unset."""
-    return env_str(os.environ if env is None else env, "HEADWATER_LOG_LEVEL", "INFO").upper()
+    """Return ``HEADWATER_LOG_LEVEL`` (upper case), INFO when unset; SettingError if unknown."""
+    return LogSettings.from_env(env).log_level
 
 
 def configure_logging(level: str | None = None) -> None:

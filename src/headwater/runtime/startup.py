@@ -14,13 +14,11 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from headwater.errors import HeadwaterError
 from headwater.runtime.env import SettingError, recording
 
-#: Variables whose default is shown as a placeholder: it depends on the machine.
-_COMPUTED_DEFAULTS = {"HEADWATER_KAFKA_CLIENT_ID": "<role>-<pod name or host-pid>"}
 
-
-class StartupError(RuntimeError):
+class StartupError(HeadwaterError, RuntimeError):
     """A command cannot start; the message says what to fix, in one line."""
 
 
@@ -45,7 +43,7 @@ def settings_variables(from_env: Callable[[Mapping[str, str]], Any]) -> dict[str
     """
     with recording() as reads, contextlib.suppress(SettingError):
         from_env({})
-    return {name: _COMPUTED_DEFAULTS.get(name, default) for name, default in reads.items()}
+    return dict(reads)
 
 
 def env_help(

@@ -42,6 +42,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 
+from headwater.errors import HeadwaterError
+
 log = logging.getLogger(__name__)
 
 #: Histogram buckets for durations in seconds, from 1 ms to 30 s.
@@ -65,7 +67,7 @@ _OTLP_PACKAGES = {
 Signal = Literal["traces", "metrics"]
 
 
-class TelemetryConfigError(ValueError):
+class TelemetryConfigError(HeadwaterError, ValueError):
     """An ``OTEL_*`` setting this process cannot honour; the message names the variable."""
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from headwater.errors import HeadwaterError
 
-class SubscriberError(RuntimeError):
+
+class SubscriberError(HeadwaterError, RuntimeError):
     """The root of the subscriber's errors."""
-
-    #: Whether running again unchanged may succeed (False: a person must act first).
-    retriable = False
 
 
 class StartPointRequiredError(SubscriberError):

@@ -1,0 +1,61 @@
+"""One error root: every error the production libraries raise on purpose is a HeadwaterError."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+from headwater.errors import HeadwaterError
+from headwater.gateway.errors import CallFailedError, SpoolFullError
+from headwater.runtime.env import SettingError
+from headwater.subscriber.errors import DeadLetterTopicError, SubscriberError
+from tests.support.libraries import library_modules
+
+
+def _errors_defined_in(module_name: str) -> list[type[BaseException]]:
+    module = importlib.import_module(module_name)
+    return [
+        cls
+        for cls in vars(module).values()
+        if inspect.isclass(cls) and issubclass(cls, BaseException) and cls.__module__ == module_name
+    ]
+
+
+def test_the_libraries_define_errors_and_each_is_a_headwater_error():
+    errors = [cls for name in library_modules() for cls in _errors_defined_in(name)]
+    assert len(errors) >= 20, errors  # the walk sees them (a broken walk would pass vacuously)
+    outside = [
+        f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, HeadwaterError)
+    ]
+    assert outside == []
+
+
+def test_the_root_module_imports_nothing_so_every_part_can_stand_on_it():
+    tree = ast.parse(inspect.getsource(importlib.import_module("headwater.errors")))
+    imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert [getattr(n, "module", None) for n in imports] == ["__future__"]
+
+
+@pytest.mark.parametrize(
+    ("error", "retriable"),
+    [
+        (SettingError("HEADWATER_X='y' is not an integer"), False),
+        (SubscriberError("stop"), False),
+        (DeadLetterTopicError("t.deadletter.v1", "missing"), True),
+        (SpoolFullError(Path("s"), 10, 100, 5), True),
+        (SpoolFullError(Path("s"), 10, 100, 500), False),
+    ],
+)
+def test_retriable_says_whether_trying_again_unchanged_may_work(error, retriable):
+    assert isinstance(error, HeadwaterError)
+    assert error.retriable is retriable
+
+
+def test_errors_callers_caught_as_builtins_still_are():
+    assert issubclass(SettingError, ValueError)
+    assert issubclass(SubscriberError, RuntimeError)
+    assert CallFailedError.retriable is True
