@@ -28,8 +28,8 @@ from headwater.bench import server_proc
 from headwater.bench.report import machine
 from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
-from headwater.gateway.ids import uuid7
 from headwater.gateway.spool import NewMessage, Spool
+from headwater.ids import uuid7
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
