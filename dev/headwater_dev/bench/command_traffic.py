@@ -107,7 +107,7 @@ async def run_gateways(
 
 def read_statuses(kafka: KafkaSettings, topic: str) -> dict[tuple[str, int], int]:
     """First broker timestamp (ms) of each (command id, state)."""
-    from headwater.devstack.readback import read_topic
+    from headwater_dev.devstack.readback import read_topic
 
     first: dict[tuple[str, int], int] = {}
     for msg in read_topic(kafka, topic, timeout_s=120):

@@ -40,12 +40,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from headwater.bench import command_offline, server_proc
-from headwater.bench.command_traffic import TENANT, read_statuses, run_gateways, write_commands
-from headwater.bench.loadgen import percentile_ms
-from headwater.bench.report import machine
-from headwater.devstack import processes, seeding
-from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
@@ -56,6 +50,12 @@ from headwater.topics import (
     COMMANDS_TOPIC,
     TopicSpec,
 )
+from headwater_dev.bench import command_offline, server_proc
+from headwater_dev.bench.command_traffic import TENANT, read_statuses, run_gateways, write_commands
+from headwater_dev.bench.loadgen import percentile_ms
+from headwater_dev.bench.report import machine
+from headwater_dev.devstack import processes, seeding
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 
 
 def _tokens(gateways: int) -> str:
@@ -269,7 +269,7 @@ async def _measure(
 
 
 def _created_ms(kafka: KafkaSettings, topic: str) -> dict[str, int]:
-    from headwater.devstack.readback import read_topic
+    from headwater_dev.devstack.readback import read_topic
 
     return {
         c.command_id: c.created_time.ToMilliseconds()

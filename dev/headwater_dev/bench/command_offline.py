@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headwater.bench import command_traffic
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
 from headwater.topics import COMMAND_STATUS_TOPIC, COMMANDS_TOPIC
+from headwater_dev.bench import command_traffic
 
 #: Every this many commands written while away, one that expires before they are back.
 EXPIRING_EVERY = 5
