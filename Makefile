@@ -12,12 +12,13 @@ ARGS   ?=
 
 .PHONY: install run test test-images images lint protos docs descriptors baseline bench constraints clean
 
-# '.[dev]' is everything (every part's extra) plus the test and lint tools; constraints.txt
-# pins the versions that were tested behind pyproject.toml's ranges.
-$(STAMP): pyproject.toml constraints.txt
+# '.[dev]' is everything (every part's extra) plus the test and lint tools; ./dev is the
+# dev tooling (headwater-dev: the dev stack, the benchmarks), kept out of the headwater
+# wheel. constraints.txt pins the versions that were tested behind the pyprojects' ranges.
+$(STAMP): pyproject.toml dev/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]' -e ./dev
 	touch $(STAMP)
 
 # The enricher's keyed-state operator (jvm/enricher-state) is built from source: its jar,
@@ -36,7 +37,7 @@ $(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/enricher-stat
 	$(MVN) -q -B -ntp -f jvm/enricher-state/pom.xml package -Djars.dir=$(abspath $(JARS))/enricher-state
 	touch $(JVM_STAMP)
 
-install: $(STAMP) $(JVM_STAMP) ## create .venv, install Headwater with its dev tools and the jars
+install: $(STAMP) $(JVM_STAMP) ## create .venv, install Headwater, its dev tooling (dev/) and the jars
 
 run: $(STAMP) $(JVM_STAMP) ## the whole pipeline on the embedded broker with a simulated fleet
 	$(BIN)/headwater devstack run $(ARGS)
@@ -54,7 +55,7 @@ lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/buf lint
-	$(BIN)/mypy services src/headwater
+	$(BIN)/mypy services src/headwater dev/headwater_dev
 
 protos: $(STAMP) ## regenerate src/headwater/proto from proto/
 	$(BIN)/python scripts/generate_protos.py
@@ -76,4 +77,4 @@ constraints: | $(STAMP) ## rewrite constraints.txt from this venv's versions (af
 	$(BIN)/python scripts/constraints.py
 
 clean:
-	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info jvm/enricher-state/target
+	rm -rf $(VENV) .devstack .pytest_cache build *.egg-info dev/*.egg-info jvm/enricher-state/target

@@ -13,8 +13,8 @@ import random
 import statistics
 import time
 
-from headwater.devstack import vendors
 from headwater.enricher.executor.normalize import normalize_message
+from headwater_dev.devstack import vendors
 
 
 def payloads(n: int) -> list[tuple[str, bytes]]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import tempfile
 import time
 
-from headwater.devstack.broker import EmbeddedBroker
 from headwater.enricher.driver import job
 from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
+from headwater_dev.devstack.broker import EmbeddedBroker
 from tests.support.kafkatools import ACME, Msg, acme, ingest, master, read_all
 
 

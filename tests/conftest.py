@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from headwater.devstack.broker import EmbeddedBroker
 from headwater.kafka.admin import ensure_topics
 from headwater.topics import TopicSpec
+from headwater_dev.devstack.broker import EmbeddedBroker
 
 #: Fixtures shared across test packages (fixtures out of test modules: tests/support).
 pytest_plugins = ["tests.support.ingest"]

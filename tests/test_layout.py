@@ -1,15 +1,21 @@
-"""The wall between production and dev tooling: no production module imports the dev stack or
-the benchmarks (issue 25). Imports are read statically (``ast``), function-level ones included,
-so a lazy import inside a command cannot slip through either.
+"""The wall between production and dev tooling (issues 25 and 34).
+
+No production module imports the dev tooling (``headwater_dev``, in ``dev/``: the dev stack
+and the benchmarks). Imports are read statically (``ast``), function-level ones included, so
+a lazy import inside a command cannot slip through either. And the production wheel, built
+here, ships no dev module and no line of dev tooling.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.support.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +42,28 @@ PRODUCTION = (
     "headwater.topics",
     "headwater.endpoints",
     "headwater.wire",
+    "headwater.ids",
     "headwater.record_headers",
     "headwater.errors",
 )
 
-#: Dev tooling that production must not import.
-DEV_TOOLING = ("headwater.devstack", "headwater.bench")
+#: Dev tooling that production must not import: the headwater-dev distribution (dev/).
+DEV_TOOLING = ("headwater_dev",)
+
+#: Where dev tooling would sit in the production wheel (it had these rooms before issue 34).
+WHEEL_DEV_PATHS = (
+    "headwater_dev/",
+    "headwater/devstack/",
+    "headwater/bench/",
+    "headwater/enricher/bench/",
+    "headwater/enricher/python_operator/profile.py",
+)
+#: Dev tooling still in the wheel until its own step of issue 34 moves it; strict, so the
+#: case fails (and this entry must go) as soon as the move lands.
+NOT_MOVED_YET = {
+    "headwater/enricher/bench/": "moves to headwater_dev.bench.enricher (issue 34, step 2)",
+    "headwater/enricher/python_operator/profile.py": "leaves with python_operator (step 1)",
+}
 
 
 def _is_bench(module: str) -> bool:
@@ -66,8 +88,13 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 
 def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
     """Every module ``path`` imports, absolute, with its line (``from a import b``: a and a.b)."""
+    return _imports_of(module, path, path.read_text())
+
+
+def _imports_of(module: str, path: Path, text: str) -> Iterator[tuple[int, str]]:
+    """Every module ``text`` (the file at ``path``) imports, as :func:`_imports`."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(text, str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -116,10 +143,10 @@ def test_the_check_sees_production_modules_and_their_function_level_imports() ->
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("import headwater.devstack.broker", "headwater.devstack.broker"),
-        ("from headwater import bench", "headwater.bench"),
-        ("def f():\n    from headwater.devstack.readback import read_topic", "headwater.devstack"),
-        ("from ..devstack import broker", "headwater.devstack.broker"),
+        ("import headwater_dev.devstack.broker", "headwater_dev.devstack.broker"),
+        ("from headwater_dev import bench", "headwater_dev.bench"),
+        ("def f():\n    from headwater_dev.devstack.readback import read_topic", "headwater_dev"),
+        ("from ..bench import command_bench", "headwater.bench.command_bench"),
     ],
 )
 def test_imports_are_resolved(tmp_path: Path, source: str, expected: str) -> None:
@@ -127,3 +154,72 @@ def test_imports_are_resolved(tmp_path: Path, source: str, expected: str) -> Non
     path.write_text(source)
     seen = {imported for _, imported in _imports("headwater.ops.mod", path)}
     assert any(_in(s, (expected,)) for s in seen), seen
+
+
+# -- the production wheel ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel_python(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every Python file of the production wheel as it ships: name in the wheel -> text."""
+    with zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel"))) as wheel:
+        return {
+            name: wheel.read(name).decode()
+            for name in wheel.namelist()
+            if name.endswith(".py") and not name.startswith("headwater/proto/")
+        }
+
+
+def dev_tooling_lines(python: Mapping[str, str], skip: tuple[str, ...] = ()) -> dict[str, int]:
+    """Lines per file of dev tooling among ``python`` (wheel name -> text), ``skip`` aside.
+
+    Dev tooling is a file in a dev room or one that imports dev tooling.
+    """
+    found = {}
+    for name, text in python.items():
+        if name.startswith(skip):
+            continue
+        module = name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        path = Path(name)
+        in_dev_room = name.startswith(WHEEL_DEV_PATHS)
+        imports_dev = any(
+            _in(imported, DEV_TOOLING) for _, imported in _imports_of(module, path, text)
+        )
+        if in_dev_room or imports_dev:
+            found[name] = len(text.splitlines())
+    return found
+
+
+@pytest.mark.parametrize(
+    "room",
+    [
+        pytest.param(room, marks=pytest.mark.xfail(reason=NOT_MOVED_YET[room], strict=True))
+        if room in NOT_MOVED_YET
+        else room
+        for room in WHEEL_DEV_PATHS
+    ],
+)
+def test_the_production_wheel_lists_no_dev_module(wheel_python, room):
+    assert [name for name in wheel_python if name.startswith(room)] == []
+
+
+def test_the_production_wheels_python_has_no_line_of_dev_tooling(wheel_python):
+    # The rooms not moved yet have their own strict cases above.
+    assert dev_tooling_lines(wheel_python, skip=tuple(NOT_MOVED_YET)) == {}
+    # ... and it is production code: the services, the libraries, the command.
+    assert {"headwater/cli.py", "headwater/ingest/server.py", "headwater/gateway/spool.py"} <= set(
+        wheel_python
+    )
+
+
+def test_dev_tooling_lines_finds_dev_rooms_and_importers_of_dev_tooling():
+    python = {
+        "headwater/devstack/broker.py": "x = 1\ny = 2\n",
+        "headwater/ops/sneaky.py": "def f():\n    from headwater_dev.devstack import broker\n",
+        "headwater/ops/relative.py": "from .. import topics\n",
+        "headwater/enricher/bench/query.py": "import headwater_dev\n",
+    }
+    assert dev_tooling_lines(python, skip=("headwater/enricher/bench/",)) == {
+        "headwater/devstack/broker.py": 2,
+        "headwater/ops/sneaky.py": 2,
+    }

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.support.wheel import build_wheel
 
 pytestmark = pytest.mark.packaging
 
@@ -48,27 +49,7 @@ def canonical(name: str) -> str:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The headwater wheel of this checkout (built offline with this venv's setuptools)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("src", "services"):
-        shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
-    built = pip(
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-q",
-        "-w",
-        str(tmp / "out"),
-        str(src),
-    )
-    assert built.returncode == 0, built.stderr
-    (path,) = (tmp / "out").glob("headwater-*.whl")
-    return path
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def requirement(wheel: Path, extras: str) -> str:
@@ -121,6 +102,22 @@ def test_light_extra_installs_into_a_fresh_venv_without_heavy_parts(tmp_path, wh
         timeout=60,
     )
     assert enricher.returncode == 2 and "Traceback" not in enricher.stderr, enricher.stderr
+    # The dev tooling is not in the wheel (headwater-dev, dev/): listed, and says how to get it.
+    listing = subprocess.run(
+        [str(venv / "bin" / "headwater"), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert re.search(r"devstack\s+\(not installed: headwater-dev; make install", listing.stdout)
+    devstack = subprocess.run(
+        [str(venv / "bin" / "headwater"), "devstack", "run", "--duration", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert devstack.returncode == 2, devstack.stderr
+    assert devstack.stderr.strip() == (
+        "headwater devstack: needs headwater-dev, the dev tooling (not installed): "
+        "make install, or pip install -e ./dev in a checkout"
+    )
 
 
 def resolve(wheel: Path, extras: str) -> set[str]:
@@ -170,7 +167,11 @@ def test_constraints_pin_every_library_and_pyproject_pins_only_what_must_match()
     # [dev] is everything (make install, .ci/run): its resolution with the constraints is
     # what `make install` does, so only its contents are checked here (resolving it is slow).
     parts = set(project["optional-dependencies"]) - {"dev"}
-    assert f"headwater[{','.join(sorted(parts))}]" in project["optional-dependencies"]["dev"]
+    every_part = f"headwater[{','.join(sorted(parts))}]"
+    assert every_part in project["optional-dependencies"]["dev"]
+    # headwater-dev (dev/, make install) runs every part and brings no library of its own.
+    dev_tooling = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())["project"]
+    assert dev_tooling["dependencies"] == [every_part]
     # Exact pins in pyproject only where a version must match something outside Python:
     # pyspark (Spark's JVM) and the two tool wheels the lint and chart tests rely on.
     exact = {canonical(t.split("==")[0]) for t in texts if "==" in t}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.bench.loadgen import Measured
-from headwater.bench.report import (
+from headwater_dev.bench.loadgen import Measured
+from headwater_dev.bench.report import (
     CPU_PROCESSES,
     Row,
     cpu_cell,

@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from headwater.bench import command_bench
+from headwater_dev.bench import command_bench
 
 
 def test_bench_delivers_everything_without_warnings(

@@ -10,9 +10,9 @@ import pytest
 from headwater.cli import main
 from headwater.commands import CommandRefusedError, CommandSender
 from headwater.commands.history import read_histories
-from headwater.devstack.readback import read_topic
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
+from headwater_dev.devstack.readback import read_topic
 
 
 def sender_for(topics, tenants=("acme",)) -> CommandSender:

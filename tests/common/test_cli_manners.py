@@ -280,3 +280,42 @@ def test_a_group_whose_extra_is_missing_is_listed_and_says_which_extra():
         "headwater gateway: needs the gateway extra (grpc is not installed): "
         "pip install 'headwater[gateway]'"
     )
+
+
+# -- groups other distributions add (entry-point group headwater.commands) -------------------
+
+
+def add_distribution(site: Path, name: str, module: str, source: str) -> None:
+    """Put a distribution ``name`` on ``site`` whose module adds a group to ``headwater``."""
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[headwater.commands]\n{name} = {module}:register\n")
+    (site / f"{module}.py").write_text(source)
+
+
+def test_a_group_another_distribution_adds_is_found_through_its_entry_point(tmp_path):
+    add_distribution(
+        tmp_path,
+        "hello",
+        "hello_cmds",
+        "def register(subparsers):\n"
+        "    cmd = subparsers.add_parser('hello', help='say hello')\n"
+        "    cmd.set_defaults(func=lambda args: print('hello from an entry point'))\n",
+    )
+    # One whose module needs a library that is not installed: listed, says which extra.
+    add_distribution(tmp_path, "needy", "needy_cmds", "import not_installed_lib\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    listing = headwater("--help", env=env)
+    assert listing.returncode == 0, listing.stderr
+    # headwater-dev's groups first, then the others, then the built-in ones.
+    commands = re.findall(r"^    (\w+)", listing.stdout, re.MULTILINE)
+    assert commands[:5] == ["devstack", "bench", "hello", "needy", "ingest"], commands
+    assert re.search(r"needy\s+\(not installed: pip install 'headwater\[dev\]'\)", listing.stdout)
+    ran = headwater("hello", env=env)
+    assert (ran.returncode, ran.stdout) == (0, "hello from an entry point\n"), ran.stderr
+    needy = headwater("needy", env=env)
+    assert needy.returncode == 2 and needy.stderr.strip() == (
+        "headwater needy: needs the dev extra (not_installed_lib is not installed): "
+        "pip install 'headwater[dev]'"
+    )

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack import status_file
-from headwater.devstack.broker import free_port
+from headwater_dev.devstack import status_file
+from headwater_dev.devstack.broker import free_port
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]
 UP_WITHIN_S = 120

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack import ownership, status_file
-from headwater.devstack.broker import free_port
-from headwater.devstack.processes import exit_reason, last_commit, log_tail
+from headwater_dev.devstack import ownership, status_file
+from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.processes import exit_reason, last_commit, log_tail
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]
 UP_WITHIN_S = 120

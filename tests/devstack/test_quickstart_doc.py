@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack.broker import free_port
-from headwater.devstack.cli import DEFAULT_PORTS
-from headwater.devstack.processes import last_commit
+from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.cli import DEFAULT_PORTS
+from headwater_dev.devstack.processes import last_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"

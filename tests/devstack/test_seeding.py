@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from headwater.devstack.seeding import GatewayEntry, tokens_yaml
 from headwater.ingest.admission.auth import hash_token, parse_tokens
+from headwater_dev.devstack.seeding import GatewayEntry, tokens_yaml
 
 
 def test_tokens_yaml_is_read_by_ingest_with_each_gateways_binding() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from headwater.devstack.progress import ProgressLine
-from headwater.devstack.summary import guarantees, render
+from headwater_dev.devstack.progress import ProgressLine
+from headwater_dev.devstack.summary import guarantees, render
 
 SUMMARY = {
     "duration_s": 60.0,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 
 from headwater import record_headers as rh
-from headwater.devstack import vendors
 from headwater.proto.master.v1 import device_master_pb2
+from headwater_dev.devstack import vendors
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope
 from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA
 from tests.support.payloads import opcua_network as _network

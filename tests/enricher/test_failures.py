@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from headwater.devstack.broker import EmbeddedBroker
 from headwater.enricher.driver import job
 from headwater.enricher.driver.errors import explain_failure
 from headwater.enricher.driver.settings import EnricherSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
+from headwater_dev.devstack.broker import EmbeddedBroker
 from tests.support.kafkatools import (
     ACME,
     TERMINAL,

@@ -96,7 +96,7 @@ def test_bad_payloads_are_errors_not_raises(content_type: str, payload: bytes, r
 
 
 def test_registry_covers_the_fleet_formats() -> None:
-    from headwater.devstack import vendors
+    from headwater_dev.devstack import vendors
 
     for ct in (*vendors.TELEMETRY_FORMATS, vendors.ACME_ALARM):
         assert ct in REGISTRY
@@ -172,9 +172,9 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
 def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     import random
 
-    from headwater.devstack import vendors
-    from headwater.devstack.fleet import build_fleet
     from headwater.enricher.python_operator.births import Definitions, apply_to_row
+    from headwater_dev.devstack import vendors
+    from headwater_dev.devstack.fleet import build_fleet
 
     fleet = build_fleet(2, 5, random.Random(1))
     spoken = {d.content_type for gw in fleet for d in gw.devices}

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from headwater.cli import main
-from headwater.devstack import vendors
+from headwater_dev.devstack import vendors
 
 
 def test_prints_the_event_of_a_good_payload(tmp_path: Path, capsys) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from headwater.devstack.broker import KAFKA_VERSION
+from headwater_dev.devstack.broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}

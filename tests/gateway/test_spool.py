@@ -9,7 +9,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from headwater.gateway.ids import timestamp_ms, uuid7
 from headwater.gateway.metrics import GatewayMetrics
 from headwater.gateway.spool import (
     NewMessage,
@@ -18,6 +17,7 @@ from headwater.gateway.spool import (
     SpoolLimits,
     SpoolLockedError,
 )
+from headwater.ids import timestamp_ms, uuid7
 from headwater.proto.device.v1 import device_message_pb2
 
 PAYLOAD = b'{"temp_c": 21.5}'

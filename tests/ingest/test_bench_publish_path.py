@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from headwater.bench import publish_path
+from headwater_dev.bench import publish_path
 
 
 def test_every_call_is_written_and_its_cpu_cost_is_printed(

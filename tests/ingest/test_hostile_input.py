@@ -32,13 +32,13 @@ from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.devstack.broker import free_port
 from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.runtime.telemetry import create_telemetry
+from headwater_dev.devstack.broker import free_port
 
 from .conftest import TOKENS_YAML, bearer, device_message
 

@@ -22,13 +22,13 @@ from confluent_kafka import KafkaError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater import record_headers as rh
-from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.admission.auth import hash_token
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 from tests.support.faultproxy import FaultProxy
 from tests.support.ingest import assert_refused
 

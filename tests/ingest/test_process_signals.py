@@ -26,11 +26,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater import record_headers as rh
-from headwater.devstack.broker import free_port
 from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS
+from headwater_dev.devstack.broker import free_port
 
 from .conftest import device_message
 

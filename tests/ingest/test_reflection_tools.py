@@ -23,10 +23,10 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-from headwater.devstack.broker import free_port
 from headwater.ingest.admission.auth import hash_token
 from headwater.kafka.read import read_topic
 from headwater.topics import INGEST_TOPICS
+from headwater_dev.devstack.broker import free_port
 
 BUF = Path(sys.executable).parent / "buf"
 SERVICE = "headwater.ingest.v1.IngestService"

@@ -206,8 +206,8 @@ def test_put_refuses_a_bad_device_id_and_a_missing_topic_is_explained(capsys, ka
 
 
 def test_the_dev_stack_writes_its_master_data_with_this_tool(capsys, kafka_bootstrap):
-    from headwater.devstack import supervisor
     from headwater.topics import all_topics
+    from headwater_dev.devstack import supervisor
 
     (spec,) = [t for t in all_topics(1, 1) if t.name == MASTER_DEVICES_TOPIC]
     ensure_topics(kafka_bootstrap, [spec])

@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 
-from headwater.devstack.readback import read_topic
 from headwater.kafka.admin import ensure_topics
 from headwater.ops import dlq
 from headwater.ops.render import escape, table
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import TopicSpec
+from headwater_dev.devstack.readback import read_topic
 from tests.ops.test_ops_commands import dead_letter, produce, run
 
 #: Set the terminal's title, clear the screen, reverse the text that follows.

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from headwater.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.broker import EmbeddedBroker
 
 
 def test_offsets_show_right_after_the_broker_starts_answers_instead_of_crashing() -> None:

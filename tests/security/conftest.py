@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.kafka.settings import KafkaSettings
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 from tests.support.tls_certs import Pem, issue, make_ca
 
 USER = "headwater-test"

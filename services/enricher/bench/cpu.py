@@ -14,7 +14,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from headwater.bench import server_proc
+from headwater_dev.bench import server_proc
 
 #: Parts of the tree, by a marker of their command line (first match wins).
 PARTS = (

@@ -631,9 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_records < 1 or args.messages // args.batch_records < 10:
         parser.error("--messages must hold at least 10 batches of --batch-records")
 
-    from headwater.devstack.broker import EmbeddedBroker
     from headwater.enricher.driver import job
     from headwater.enricher.driver.stderr_json import route_stderr_through_json
+    from headwater_dev.devstack.broker import EmbeddedBroker
 
     route_stderr_through_json()  # Spark's chatter off; results go to stdout
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -15,6 +15,7 @@ from typing import Any
 
 from headwater.commands import model
 from headwater.commands.errors import CommandRefusedError
+from headwater.ids import uuid7
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
@@ -155,7 +156,7 @@ class CommandSender:
                 "give a positive --ttl (seconds) or a future expiry",
             )
         command = Command(
-            command_id=command_id or _new_id(now),
+            command_id=command_id or uuid7(now),
             tenant=tenant,
             device_id=device_id,
             name=name,
@@ -210,9 +211,3 @@ def _check_contract(command: Command) -> None:
         raise CommandRefusedError(
             "INVALID_COMMAND", "; ".join(f"{field} {problem}" for field, problem in found)
         )
-
-
-def _new_id(now_ms: int) -> str:
-    from headwater.gateway.ids import uuid7
-
-    return uuid7(now_ms)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Literal
 
 from headwater.gateway.errors import SpoolFullError, SpoolLockedError
-from headwater.gateway.ids import uuid7
 from headwater.gateway.records import (
     ENDPOINTS,
     DueMessage,
@@ -35,6 +34,7 @@ from headwater.gateway.records import (
     SpoolStats,
 )
 from headwater.gateway.schema import SCHEMA
+from headwater.ids import uuid7
 from headwater.proto.device.v1 import device_message_pb2
 
 __all__ = [

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater.devstack import seeding, status_file
-from headwater.devstack.broker import EmbeddedBroker, free_port
-from headwater.devstack.commands import CommandTally, command_states, send_now_and_then
-from headwater.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
-from headwater.devstack.processes import (
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.runtime.logs import JsonFormatter
+from headwater.topics import INGEST_TOPICS
+from headwater_dev.devstack import seeding, status_file
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
+from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
+from headwater_dev.devstack.processes import (
     DEV_MAX_PAYLOAD_BYTES,
     Ports,
     create_topics,
@@ -34,12 +37,9 @@ from headwater.devstack.processes import (
     wait_first_batch,
     wait_serving,
 )
-from headwater.devstack.progress import ProgressLine
-from headwater.devstack.readback import missing_acks, read_ingest
-from headwater.devstack.summary import build_summary, read_enriched, render
-from headwater.proto.master.v1 import device_master_pb2
-from headwater.runtime.logs import JsonFormatter
-from headwater.topics import INGEST_TOPICS
+from headwater_dev.devstack.progress import ProgressLine
+from headwater_dev.devstack.readback import missing_acks, read_ingest
+from headwater_dev.devstack.summary import build_summary, read_enriched, render
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,17 @@ from typing import Any
 
 import grpc
 
-from headwater.bench import server_proc
-from headwater.bench.report import machine
-from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
-from headwater.gateway.ids import uuid7
 from headwater.gateway.spool import NewMessage, Spool
+from headwater.ids import uuid7
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater.wire import length_field, varint_field
+from headwater_dev.bench import server_proc
+from headwater_dev.bench.report import machine
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 
 CT = "application/vnd.acme.telemetry.v1+json"
 WINDOW = 4

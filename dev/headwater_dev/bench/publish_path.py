@@ -1,6 +1,6 @@
 """Micro-benchmark of the ingest service's own Python per publish call, without gRPC or Kafka.
 
-``python -m headwater.bench.publish_path --calls 20000`` runs the real ``IngestServicer``
+``python -m headwater_dev.bench.publish_path --calls 20000`` runs the real ``IngestServicer``
 (admission, ordering, tracing at the shipped sampling ratio, metrics, the frame write path)
 over single-message publish calls from 64 concurrent callers, against two stand-ins: a
 servicer context that hands over the request at once, and a writer whose acks arrive one
@@ -26,7 +26,6 @@ from typing import Any
 
 from opentelemetry import trace
 
-from headwater.bench.ingest_bench import make_records
 from headwater.endpoints import ENDPOINTS, Endpoint
 from headwater.ingest.admission.auth import Authenticator
 from headwater.ingest.metrics import IngestMetrics
@@ -36,6 +35,7 @@ from headwater.ingest.settings import IngestSettings
 from headwater.ingest.writers.protocol import Delivered
 from headwater.runtime.telemetry import create_telemetry
 from headwater.wire import length_field
+from headwater_dev.bench.ingest_bench import make_records
 
 
 class AckNextStep:
@@ -141,7 +141,7 @@ async def _caller(servicer: IngestServicer, endpoint: Endpoint, queue: Iterator[
 def main(argv: list[str] | None = None) -> int:
     """Print the CPU µs per single-message publish call of each round, as JSON."""
     parser = argparse.ArgumentParser(
-        prog="python -m headwater.bench.publish_path",
+        prog="python -m headwater_dev.bench.publish_path",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -17,12 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headwater.devstack import vendors
-from headwater.devstack.commands import handle
 from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
+from headwater_dev.devstack import vendors
+from headwater_dev.devstack.commands import handle
 
 
 @dataclass(frozen=True)

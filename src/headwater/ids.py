@@ -1,5 +1,7 @@
-"""Time-ordered message ids (UUIDv7, RFC 9562), assigned when a message is enqueued.
+"""Time-ordered ids (UUIDv7, RFC 9562): the gateway's message ids, the sender's command ids.
 
+Shared by ``headwater.gateway`` (assigned when a message is enqueued) and
+``headwater.commands`` (a command sent without an id), so neither imports the other for it.
 Time-ordered ids sort like the spool and the logs, and the ingest contract asks for them
 (``message_id``: 1-64 characters of ``[A-Za-z0-9._:-]``). Within one millisecond the
 12-bit ``rand_a`` field counts up, so ids of one process are strictly increasing.

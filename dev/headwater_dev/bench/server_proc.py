@@ -1,6 +1,6 @@
 """The ingest server under test, in its own process, with a choice of produce client.
 
-``python -m headwater.bench.server_proc --writer confluent|aiokafka`` builds the same
+``python -m headwater_dev.bench.server_proc --writer confluent|aiokafka`` builds the same
 ``IngestServer`` that ``headwater ingest serve`` runs (settings from the environment) and
 serves until SIGTERM. Its own process, so the load generator never shares its GIL, and its
 peak RSS (``VmHWM``) is the server's alone.
@@ -44,7 +44,7 @@ def start(
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "headwater.bench.server_proc"],
+        [sys.executable, "-m", "headwater_dev.bench.server_proc"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

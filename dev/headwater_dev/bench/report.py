@@ -7,8 +7,8 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.bench.loadgen import Measured
 from headwater.runtime.stats import quantile
+from headwater_dev.bench.loadgen import Measured
 
 #: Single-call targets from issue 23: rate against the bare echo in the same run (the
 #: stretch is reported as information), p99 against the echo's p99 at the same callers.

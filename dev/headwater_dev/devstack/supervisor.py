@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from headwater.devstack import ownership, seeding, status_file
-from headwater.devstack.broker import EmbeddedBroker
-from headwater.devstack.processes import (
+from headwater.kafka.admin import ensure_topics
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.subscriber.settings import SubscriberSettings
+from headwater.topics import TopicSpec
+from headwater_dev.devstack import ownership, seeding, status_file
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.processes import (
     PartFailedError,
     Ports,
     create_topics,
@@ -36,11 +40,7 @@ from headwater.devstack.processes import (
     wait_first_batch,
     wait_serving,
 )
-from headwater.devstack.vendors import ACME_TELEMETRY
-from headwater.kafka.admin import ensure_topics
-from headwater.proto.master.v1 import device_master_pb2
-from headwater.subscriber.settings import SubscriberSettings
-from headwater.topics import TopicSpec
+from headwater_dev.devstack.vendors import ACME_TELEMETRY
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

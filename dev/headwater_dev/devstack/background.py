@@ -1,6 +1,6 @@
 """``headwater devstack up``, ``status`` and ``down``: a dev stack that stays up.
 
-``up`` starts the supervisor (:mod:`headwater.devstack.supervisor`) as a detached process
+``up`` starts the supervisor (:mod:`headwater_dev.devstack.supervisor`) as a detached process
 in a session of its own, waits until the state file says up or failed, and prints what a
 user needs. ``down`` sends the supervisor SIGTERM and waits, bounded, for it to stop the
 pieces. ``status`` checks each piece, not just the state file.
@@ -18,10 +18,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from headwater.devstack import status_file
-from headwater.devstack.connect import connection_info, connection_text
-from headwater.devstack.processes import CLI, Ports, exit_reason, health_status, log_tail
-from headwater.devstack.progress import ProgressLine
+from headwater_dev.devstack import status_file
+from headwater_dev.devstack.connect import connection_info, connection_text
+from headwater_dev.devstack.processes import CLI, Ports, exit_reason, health_status, log_tail
+from headwater_dev.devstack.progress import ProgressLine
 
 #: The command-line flag that changes each port, for error messages.
 PORT_FLAGS = {

@@ -25,6 +25,7 @@ from typing import Any
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
 from headwater.topics import COMMAND_STATUS_TOPIC, COMMANDS_TOPIC
+from headwater_dev.bench import command_traffic
 
 #: Every this many commands written while away, one that expires before they are back.
 EXPIRING_EVERY = 5
@@ -40,8 +41,6 @@ async def measure(
     drain_within_s: float = 300.0,
 ) -> dict[str, Any]:
     """Write while the gateways are away, bring them back, check what they ran."""
-    from headwater.bench import command_bench
-
     gap_s = options["offline_seconds"]
     short_ms, long_ms = int(gap_s * 250), int((gap_s + 600) * 1000)
 
@@ -50,7 +49,7 @@ async def measure(
 
     started = time.monotonic()
     written = await asyncio.to_thread(
-        command_bench.write_commands,
+        command_traffic.write_commands,
         kafka,
         prefix + COMMANDS_TOPIC,
         devices,
@@ -65,7 +64,7 @@ async def measure(
     stop = asyncio.Event()
     back, back_wall = time.monotonic(), time.time()
     clients = asyncio.create_task(
-        command_bench.run_gateways(target, options["gateways"], workdir, {}, ran, stop)
+        command_traffic.run_gateways(target, options["gateways"], workdir, {}, ran, stop)
     )
     expected = [c for c in written if c not in expiring]
     deadline = back + drain_within_s
@@ -76,7 +75,7 @@ async def measure(
     stop.set()
     await asyncio.wait_for(clients, 30)
     statuses = await asyncio.to_thread(
-        command_bench.read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC
+        command_traffic.read_statuses, kafka, prefix + COMMAND_STATUS_TOPIC
     )
     device_of = {c: devices[n % len(devices)] for n, c in enumerate(written)}  # round robin
     return {

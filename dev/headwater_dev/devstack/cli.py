@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from headwater.devstack.processes import Ports
+    from headwater_dev.devstack.processes import Ports
 
 #: Default loopback ports of ``up`` and ``serve`` (the services' usual ports).
 DEFAULT_PORTS = {"kafka": 9092, "grpc": 50051, "ingest_metrics": 9464, "enricher_metrics": 9465}
@@ -166,7 +166,7 @@ def _stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ports(args: argparse.Namespace) -> Ports:
-    from headwater.devstack.processes import Ports
+    from headwater_dev.devstack.processes import Ports
 
     return Ports(
         args.kafka_port, args.grpc_port, args.ingest_metrics_port, args.enricher_metrics_port
@@ -183,15 +183,15 @@ def _preflight(with_enricher: bool) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from headwater.devstack.background import up
+    from headwater_dev.devstack.background import up
 
     _preflight(not args.no_enricher)
     return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from headwater.devstack.supervisor import StackOptions, Supervisor
     from headwater.runtime.logs import configure_logging
+    from headwater_dev.devstack.supervisor import StackOptions, Supervisor
 
     configure_logging()
     _preflight(not args.no_enricher)
@@ -200,21 +200,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from headwater.devstack.background import status
+    from headwater_dev.devstack.background import status
 
     return status(args.workdir, args.json)
 
 
 def _down(args: argparse.Namespace) -> int:
-    from headwater.devstack.background import down
+    from headwater_dev.devstack.background import down
 
     return down(args.workdir, args.timeout)
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from headwater.devstack import status_file
-    from headwater.devstack.watch import DEFAULT_TOPICS, watch
     from headwater.kafka.settings import bootstrap_from_env
+    from headwater_dev.devstack import status_file
+    from headwater_dev.devstack.watch import DEFAULT_TOPICS, watch
 
     bootstrap = args.bootstrap_servers
     if not bootstrap:
@@ -231,10 +231,10 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from headwater.devstack.stack import DevStackOptions, run_devstack
-    from headwater.devstack.status_file import StackRunningError
-    from headwater.devstack.summary import guarantees
     from headwater.runtime.logs import configure_logging
+    from headwater_dev.devstack.stack import DevStackOptions, run_devstack
+    from headwater_dev.devstack.status_file import StackRunningError
+    from headwater_dev.devstack.summary import guarantees
 
     configure_logging("WARNING")
     _preflight(not args.no_enricher)

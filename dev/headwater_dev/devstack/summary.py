@@ -6,8 +6,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.devstack.fleet import FleetStats
-from headwater.devstack.readback import IngestReadback, read_topic
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from headwater.runtime.stats import percentile
 from headwater.topics import (
@@ -17,6 +15,8 @@ from headwater.topics import (
     EVENT_TOPICS,
     RETRY_TOPIC,
 )
+from headwater_dev.devstack.fleet import FleetStats
+from headwater_dev.devstack.readback import IngestReadback, read_topic
 
 
 @dataclass

@@ -10,8 +10,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from headwater.devstack.status_file import StackState
-from headwater.devstack.vendors import ACME_TELEMETRY
+from headwater_dev.devstack.status_file import StackState
+from headwater_dev.devstack.vendors import ACME_TELEMETRY
 
 PUBLISH_METHOD = "headwater.ingest.v1.IngestService/PublishTelemetry"
 #: The demo message: an ACME telemetry reading (the enricher knows the format).

@@ -169,7 +169,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"server writer: {report['options']['writer']}; gRPC {_grpc(report['grpc'])}"
     )
     if report["results"]:
-        from headwater.bench.report import cpu_cell
+        from headwater_dev.bench.report import cpu_cell
 
         results = [{**r, "cpu": cpu_cell(r.get("cpu_us_per_msg"))} for r in report["results"]]
         print()
@@ -247,7 +247,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from headwater.bench.ingest_bench import BenchOptions, run_benchmark
+    from headwater_dev.bench.ingest_bench import BenchOptions, run_benchmark
 
     opts = BenchOptions(
         messages=args.messages,
@@ -268,7 +268,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from headwater.bench.gateway_bench import run_gateway_benchmark
+    from headwater_dev.bench.gateway_bench import run_gateway_benchmark
 
     report = asyncio.run(
         run_gateway_benchmark(args.messages, args.payload, args.frame, args.bootstrap)
@@ -291,6 +291,6 @@ def _enricher(args: argparse.Namespace) -> int:
 
 
 def _commands(args: argparse.Namespace) -> int:
-    from headwater.bench.command_bench import main_cli
+    from headwater_dev.bench.command_bench import main_cli
 
     return main_cli(args)

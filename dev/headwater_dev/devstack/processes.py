@@ -1,6 +1,6 @@
 """Start, wait for and stop the dev stack's pieces: shared by ``run`` and ``up``.
 
-The broker is an :class:`~headwater.devstack.broker.EmbeddedBroker`; the ingest service
+The broker is an :class:`~headwater_dev.devstack.broker.EmbeddedBroker`; the ingest service
 and the enricher are ``headwater`` subprocesses, each logging to a file of its own.
 """
 

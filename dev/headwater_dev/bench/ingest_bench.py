@@ -1,7 +1,7 @@
 """``headwater bench ingest``: the ingest path against its ceilings, in one run.
 
 Processes: the broker (embedded Apache Kafka, or ``--bootstrap``), the ingest server
-(``headwater.bench.server_proc``, the same ``IngestServer`` as ``headwater ingest serve``),
+(``headwater_dev.bench.server_proc``, the same ``IngestServer`` as ``headwater ingest serve``),
 a bare grpc.aio echo server, and this process, the load generator. Every scenario uses a
 prefix of the same records and stops at ``--messages`` or ``--duration``, whichever first;
 its row carries the CPU each of those processes spent per message during it.
@@ -25,16 +25,16 @@ from typing import Any
 import grpc
 
 from headwater import record_headers as rh
-from headwater.bench import gateway_overload, loadgen, server_proc
-from headwater.bench.loadgen import Measured, Record
-from headwater.bench.report import Row, cpu_us_per_msg, machine, make_row, verdicts
-from headwater.devstack.broker import EmbeddedBroker, free_port
 from headwater.ingest.admission.auth import hash_token
 from headwater.ingest.settings import PRODUCERS
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater.wire import length_field
+from headwater_dev.bench import gateway_overload, loadgen, server_proc
+from headwater_dev.bench.loadgen import Measured, Record
+from headwater_dev.bench.report import Row, cpu_us_per_msg, machine, make_row, verdicts
+from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 
 ECHO_METHOD = "/headwater.bench.Echo/Echo"
 #: Offered load of the overload windows, as multiples of the capacity measured in the run.
