@@ -9,13 +9,17 @@ handlers with one of these, each taking SIGINT and SIGTERM alike:
 - :func:`async_stop_event` for an asyncio service that awaits its stop;
 - :func:`interrupt_on_stop` for code whose stop path is Ctrl-C's ``KeyboardInterrupt``
   (``asyncio.run`` then cancels its main task, so ``finally`` blocks run).
+
+:func:`sigint_kept` keeps the handler through library code that takes SIGINT for itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 
 #: What stops a long-running command: Ctrl-C, and what ``kill``, Kubernetes and systemd send.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -50,3 +54,18 @@ def interrupt_on_stop() -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.default_int_handler)
     _unblock()
+
+
+@contextlib.contextmanager
+def sigint_kept() -> Iterator[None]:
+    """Put back this process's SIGINT handler after the block (pyspark's SparkContext takes it).
+
+    pyspark's handler cancels every job and raises ``KeyboardInterrupt`` wherever the main
+    thread is, in the middle of a call to the JVM: no way to stop a query gracefully.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
