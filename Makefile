@@ -45,7 +45,7 @@ test: $(STAMP) $(JVM_STAMP) ## the whole test suite against a real broker and a 
 	$(BIN)/pytest $(ARGS)
 
 test-slow: $(STAMP) $(JVM_STAMP) ## the suite on a machine made ~2x slower, launched with SIGINT/SIGHUP ignored and no terminal
-	scripts/test_slow.sh $(ARGS)
+	scripts/test_slow.sh
 
 images: $(STAMP) ## build both images with podman (bases made with mmdebstrap without a registry)
 	$(BIN)/python scripts/images.py $(ARGS)

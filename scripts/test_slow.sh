@@ -9,7 +9,8 @@
 # - Hostile launch: SIGINT and SIGHUP ignored (inherited, as `nohup cmd &` leaves them),
 #   a session of its own with no controlling terminal (setsid), stdin from /dev/null.
 #
-# Arguments go to `make test` (ARGS); HEADWATER_SLOW_HOGS_PER_CORE (default 1) makes it slower.
+# `make test-slow ARGS=...` hands ARGS to the inner `make test` (a sub-make inherits it with
+# its quoting); HEADWATER_SLOW_HOGS_PER_CORE (default 1) makes it slower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,7 @@ started=$(date +%s)
 status=0
 (
   trap '' INT HUP
-  exec setsid --wait make test ARGS="$*" </dev/null
+  exec setsid --wait make test </dev/null
 ) || status=$?
 echo "test-slow: make test exited $status after $((($(date +%s) - started) / 60)) min"
 exit "$status"

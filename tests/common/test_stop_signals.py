@@ -59,6 +59,8 @@ class Command:
     env: dict[str, str] = field(default_factory=dict)
     #: Text its output shows once it does its work (besides its handlers being installed).
     ready_text: str = ""
+    #: Wait until it has started a child that handles the stop signals too (a server).
+    with_child: bool = False
     #: Called after the test, whatever happened (a stack ``up`` left in the background).
     cleanup: Callable[[], None] | None = None
 
@@ -178,7 +180,8 @@ def _enricher_run(kafka: str, tmp: Path) -> Command:
 
 def _bench_ingest(kafka: str, tmp: Path) -> Command:
     argv = [HEADWATER, "bench", "ingest", "--bootstrap", kafka, "--duration", "600"]
-    return Command(argv, exit_code=130, env=_env())
+    # Stopped once its ingest server runs: the signal must reach both, and both must end.
+    return Command(argv, exit_code=130, env=_env(), with_child=True)
 
 
 COMMANDS: dict[str, Callable[[str, Path], Command]] = {
@@ -218,9 +221,17 @@ def command(
         made.cleanup()
 
 
+def _children(pid: int) -> set[int]:
+    return process_guard.descendants(pid, process_guard.processes())
+
+
 def wait_ready(proc: subprocess.Popen[bytes], log: Path, command: Command) -> None:
     deadline = time.monotonic() + READY_WITHIN_S
-    while not (handles_stop_signals(proc.pid) and command.ready_text in log.read_text()):
+    while not (
+        handles_stop_signals(proc.pid)
+        and command.ready_text in log.read_text()
+        and (not command.with_child or any(map(handles_stop_signals, _children(proc.pid))))
+    ):
         assert proc.poll() is None, f"exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, (
             f"not ready within {READY_WITHIN_S}s:\n{log.read_text()[-3000:]}"
