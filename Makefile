@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-images images lint protos docs descriptors baseline bench constraints clean
+.PHONY: install run test test-slow test-images images lint protos docs descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; ./dev is the
 # dev tooling (headwater-dev: the dev stack, the benchmarks), kept out of the headwater
@@ -44,6 +44,9 @@ run: $(STAMP) $(JVM_STAMP) ## the whole pipeline on the embedded broker with a s
 
 test: $(STAMP) $(JVM_STAMP) ## the whole test suite against a real broker and a local Spark
 	$(BIN)/pytest $(ARGS)
+
+test-slow: $(STAMP) $(JVM_STAMP) ## the suite on a machine made ~2x slower, launched with SIGINT/SIGHUP ignored and no terminal
+	scripts/test_slow.sh
 
 images: $(STAMP) ## build both images with podman (bases made with mmdebstrap without a registry)
 	$(BIN)/python scripts/images.py $(ARGS)

@@ -25,11 +25,11 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sqlite3
 
 from headwater.contracts import Completion, Outcome
 from headwater.kafka.settings import KafkaSettings
+from headwater.runtime.signals import async_stop_event
 from headwater.subscriber import (
     Delivery,
     SqliteDedup,
@@ -109,10 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, int]:
         decode_completion,
         dedup=dedup,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = async_stop_event()  # SIGINT or SIGTERM, whatever was inherited
     try:
         await subscriber.run(stop)
     finally:

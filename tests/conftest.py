@@ -13,7 +13,9 @@ from headwater.topics import TopicSpec
 from headwater_dev.devstack.broker import EmbeddedBroker
 
 #: Fixtures shared across test packages (fixtures out of test modules: tests/support).
-pytest_plugins = ["tests.support.ingest"]
+#: The process guard fails a test that leaves a process running (tests/support/process_guard.py);
+#: pytester runs whole pytest sessions, to prove it.
+pytest_plugins = ["tests.support.ingest", "tests.support.process_guard", "pytester"]
 
 
 @pytest.fixture(scope="session")

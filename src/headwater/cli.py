@@ -159,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StartupError, SettingError, JvmSetupError) as exc:
         print(f"headwater {_command_of(args)}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (headwater.runtime.signals) ended the run
+        print(f"headwater {_command_of(args)}: stopped", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as exc:
         # A group registers with the standard library only; what it runs may need an extra.
         if not exc.name or exc.name.split(".")[0] in OWN_PACKAGES:

@@ -9,6 +9,7 @@ import pytest
 from headwater.commands.model import state_name
 from headwater.gateway import RejectCommand
 from headwater.proto.commands.v1.command_pb2 import Command
+from tests.support.waiting import until
 
 from .support import running_gateway, send, wait_for_states
 
@@ -206,12 +207,14 @@ async def test_a_full_spool_acknowledges_nothing_and_loses_nothing(
             stop = asyncio.Event()
             running = asyncio.create_task(client.run(stop))
             command = await asyncio.to_thread(send, command_topics, command_id="no-room")
-            await asyncio.sleep(3.0)
+            # The command reached the gateway and its spool refused it: then nothing changes.
+            refused = lambda: spool.stats().counters.get("refused", 0) >= 1  # noqa: E731
+            await until(refused, 60, "the full spool refusing the command")
+            await asyncio.sleep(2.0)  # a window for a wrong acknowledgement to show
             assert not running.done()  # the client keeps running
             assert handler.ran == []
             waiting = ingest.commands.book.waiting(("acme", command.device_id))
             assert [e.command.command_id for e in waiting] == ["no-room"]  # never acknowledged
-            assert spool.stats().counters.get("refused", 0) >= 1
             stop.set()
             await asyncio.wait_for(running, 15)
     # A gateway with room gets it: nothing was lost.

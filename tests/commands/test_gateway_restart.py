@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.launch import launch
+
 from .conftest import TOKENS
 from .support import send, wait_for_states
 
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_gateway(target: str, spool: Path, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    return launch(
         [
             sys.executable,
             "-m",

@@ -11,6 +11,7 @@ from headwater.commands.sender import CommandSender, KnownDevices
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
+from tests.support.waiting import until
 
 from .conftest import CommandTopics
 from .test_delivery import RawStream
@@ -31,9 +32,8 @@ async def test_ingest_starts_without_command_topics_and_delivers_once_created(
 ):
     # The fixture's start waits for the book to catch up, which cannot happen yet.
     task = asyncio.create_task(start_command_ingest())
-    await asyncio.sleep(3.0)
+    await until(lambda: "command topics missing" in caplog.text, 60, "the missing topics logged")
     assert not task.done()  # serving, but the command book waits for its topics
-    assert "command topics missing" in caplog.text
     ensure_topics(
         command_topics.kafka.bootstrap_servers,
         [TopicSpec(command_topics.commands, 3, 1), TopicSpec(command_topics.status, 3, 1)],

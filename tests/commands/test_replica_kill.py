@@ -18,6 +18,7 @@ import pytest
 
 from headwater_dev.devstack.broker import free_port
 from tests.support.ingest import TOKENS_YAML
+from tests.support.launch import launch
 
 from .support import running_gateway, send, wait_for_states
 
@@ -40,7 +41,7 @@ def start_replica(
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     headwater = str(Path(sys.executable).parent / "headwater")
     with open(log, "ab") as out:
-        return subprocess.Popen([headwater, "ingest", "serve"], env=env, stdout=out, stderr=out)
+        return launch([headwater, "ingest", "serve"], env=env, stdout=out, stderr=out)
 
 
 async def serving(port: int, within_s: float = 60.0) -> None:

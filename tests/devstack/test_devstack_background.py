@@ -21,6 +21,7 @@ import pytest
 
 from headwater_dev.devstack import status_file
 from headwater_dev.devstack.broker import free_port
+from tests.support.launch import launch
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]
 UP_WITHIN_S = 120
@@ -137,9 +138,7 @@ def test_up_refuses_busy_ports_and_names_the_flag(stack_dir: Path):
 def test_down_kills_pieces_left_by_a_killed_supervisor(stack_dir: Path):
     """A state file whose supervisor died: down cleans up and says so (no stray signals)."""
     stack_dir.mkdir()
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "headwater-orphan"]
-    )
+    orphan = launch([sys.executable, "-c", "import time; time.sleep(60)", "headwater-orphan"])
     try:
         status_file.write(
             stack_dir,

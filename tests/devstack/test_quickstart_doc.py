@@ -36,6 +36,7 @@ import pytest
 from headwater_dev.devstack.broker import free_port
 from headwater_dev.devstack.cli import DEFAULT_PORTS
 from headwater_dev.devstack.processes import last_commit
+from tests.support.launch import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -153,15 +154,13 @@ def test_quickstart_as_written(reader: Path):
     assert f"127.0.0.1:{ports['grpc']}  (plaintext; server reflection on)" in printed
 
     # 3. watch in a second terminal, then the buf curl call up printed, pasted.
-    watcher = subprocess.Popen(
+    watcher = launch(  # its own process group, as a terminal's: Ctrl-C reaches all of it
         ["bash", "-c", local(watch)],
         cwd=reader,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
         text=True,
         env=_reader_env(),
-        start_new_session=True,  # Ctrl-C reaches the terminal's process group
     )
     try:
         assert watcher.stderr is not None
@@ -204,15 +203,13 @@ def test_quickstart_as_written(reader: Path):
         assert fragment in completion_line and fragment in lines["completions.v1"], fragment
 
     # The subscriber example counts the completion; Ctrl-C makes it print its counts.
-    counter = subprocess.Popen(
+    counter = launch(
         ["bash", "-c", f"{terminal_1}{local(one_line(subscriber))}"],
         cwd=reader,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
         text=True,
         env=_reader_env(),
-        start_new_session=True,
     )
     try:
         _wait_counted(reader / "counts.db", ("demo-001", "ENRICHED"), counter, within_s=60)

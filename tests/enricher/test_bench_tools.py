@@ -10,6 +10,7 @@ import pytest
 from headwater.enricher.bench import python_operator as bench_python
 from headwater.enricher.bench.floor import FloorProcessor
 from headwater.enricher.executor.schema import OUTPUT, field_names
+from tests.support.launch import launch
 
 
 class _Value:
@@ -165,7 +166,6 @@ def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
 
 def test_cpu_per_message_counts_this_process_and_its_children() -> None:
     """bench.cpu reads the tree's CPU time by part: a busy child shows up, and per message."""
-    import subprocess
     import sys
     import time
 
@@ -173,16 +173,16 @@ def test_cpu_per_message_counts_this_process_and_its_children() -> None:
 
     before = bench_cpu.snapshot()
     assert before, "no /proc: this suite runs on Linux"
-    child = subprocess.Popen(
+    child = launch(
         [
             sys.executable,
             "-c",
             "import time\nt = time.process_time()\n"
-            "while time.process_time() - t < 0.3: pass\ntime.sleep(5)",
+            "while time.process_time() - t < 0.3: pass\ntime.sleep(300)",  # killed below
         ]
     )
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # only a hang fails it
         after = bench_cpu.snapshot()
         while after.get(child.pid, ("", 0.0))[1] < 0.25 and time.monotonic() < deadline:
             time.sleep(0.05)

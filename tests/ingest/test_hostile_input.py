@@ -39,6 +39,7 @@ from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.runtime.telemetry import create_telemetry
 from headwater_dev.devstack.broker import free_port
+from tests.support.launch import launch
 
 from .conftest import TOKENS_YAML, bearer, device_message
 
@@ -505,7 +506,7 @@ def small_budget_ingest(kafka_bootstrap, ingest_topics, tmp_path) -> Iterator[Su
     command = [script, "ingest", "serve"] if script else [sys.executable, "-m", "headwater.cli"]
     log_path = tmp_path / "ingest.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+        proc = launch(command, env=env, stdout=log, stderr=log)
     target = f"127.0.0.1:{port}"
     try:
         with grpc.insecure_channel(target) as ch:

@@ -31,6 +31,7 @@ from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS
 from headwater_dev.devstack.broker import free_port
+from tests.support.launch import launch
 
 from .conftest import device_message
 
@@ -90,7 +91,7 @@ def spawn(kafka_bootstrap: str, log_path: Path, event_loop: str = "uvloop") -> I
         "HEADWATER_INGEST_EVENT_LOOP": event_loop,
     }
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(serve_command(), env=env, stdout=log, stderr=log)
+        proc = launch(serve_command(), env=env, stdout=log, stderr=log)
     return IngestProcess(proc, f"127.0.0.1:{port}", log_path)
 
 

@@ -27,6 +27,7 @@ from headwater.ingest.admission.auth import hash_token
 from headwater.kafka.read import read_topic
 from headwater.topics import INGEST_TOPICS
 from headwater_dev.devstack.broker import free_port
+from tests.support.launch import launch
 
 BUF = Path(sys.executable).parent / "buf"
 SERVICE = "headwater.ingest.v1.IngestService"
@@ -58,7 +59,7 @@ def ingest_target(kafka_bootstrap, ingest_topics, tmp_path_factory) -> Iterator[
     }
     log = workdir / "ingest.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
+        proc = launch(
             [sys.executable, "-m", "headwater.cli", "ingest", "serve"],
             env=env,
             stdout=out,

@@ -24,6 +24,7 @@ from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import TopicSpec, scoped_key
+from tests.support.launch import launch
 
 ACME = "application/vnd.acme.telemetry.v1+json"
 GLOBEX = "application/vnd.globex.telemetry.v2+json"
@@ -219,10 +220,10 @@ def outcome(c: Any) -> str:
     return completion_pb2.Outcome.Name(c.outcome)
 
 
-def start_enricher(
-    bootstrap: str, topics: EnricherTopics, workdir: Path, log_name: str, **settings: str
-) -> subprocess.Popen[bytes]:
-    """Run ``headwater enricher run`` on ``topics`` as its own process group (for SIGKILL).
+def enricher_command(
+    bootstrap: str, topics: EnricherTopics, workdir: Path, **settings: str
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``headwater enricher run`` on ``topics``.
 
     ``settings`` are ``HEADWATER_ENRICHER_*`` names without the prefix, e.g.
     ``MAX_ATTEMPTS="2"``; the checkpoint lives in ``workdir/cp``.
@@ -238,13 +239,15 @@ def start_enricher(
         p + "SHUFFLE_PARTITIONS": "2",
         **{p + k: v for k, v in settings.items()},
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", "240"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=(workdir / log_name).open("ab"),
-        start_new_session=True,  # its own group: SIGKILL reaches the JVM too
-    )
+    return [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", "240"], env
+
+
+def start_enricher(
+    bootstrap: str, topics: EnricherTopics, workdir: Path, log_name: str, **settings: str
+) -> subprocess.Popen[bytes]:
+    """Run ``headwater enricher run`` on ``topics`` as its own process group (for SIGKILL)."""
+    argv, env = enricher_command(bootstrap, topics, workdir, **settings)
+    return launch(argv, env=env, stdout=subprocess.PIPE, stderr=(workdir / log_name).open("ab"))
 
 
 def committed_past(checkpoint: str, topic: str, offset: int) -> bool:

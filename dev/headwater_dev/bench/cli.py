@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from headwater.ingest.settings import PRODUCERS
+from headwater.runtime.signals import interrupt_on_stop
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -247,6 +248,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
     from headwater_dev.bench.ingest_bench import BenchOptions, run_benchmark
 
     opts = BenchOptions(
@@ -268,6 +270,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
     from headwater_dev.bench.gateway_bench import run_gateway_benchmark
 
     report = asyncio.run(
@@ -285,12 +288,14 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _enricher(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
     from headwater.enricher.bench.query import main
 
     return main(list(args.forwarded))
 
 
 def _commands(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
     from headwater_dev.bench.command_bench import main_cli
 
     return main_cli(args)

@@ -9,10 +9,8 @@ peak RSS (``VmHWM``) is the server's alone.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -91,16 +89,14 @@ def reset_peak(pid: int) -> bool:
 
 async def _serve(settings: IngestSettings) -> None:
     from headwater.ingest.rpc.server import TRACE_RATIO, IngestServer
+    from headwater.runtime.signals import async_stop_event
     from headwater.runtime.telemetry import create_telemetry
 
     # The service's own sampling default, so the bench measures what ships.
     telemetry = create_telemetry("headwater-ingest-bench", set_global=True, trace_ratio=TRACE_RATIO)
     server = IngestServer(settings, telemetry=telemetry)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = async_stop_event()  # SIGINT or SIGTERM, whatever was inherited
     await stop.wait()
     await server.stop(grace_s=2.0)
 

@@ -12,6 +12,8 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headwater.runtime.signals import interrupt_on_stop
+
 if TYPE_CHECKING:
     from headwater_dev.devstack.processes import Ports
 
@@ -186,7 +188,12 @@ def _up(args: argparse.Namespace) -> int:
     from headwater_dev.devstack.background import up
 
     _preflight(not args.no_enricher)
-    return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
+    interrupt_on_stop()
+    try:
+        return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
+    except KeyboardInterrupt:  # the supervisor is detached: only the waiting stops
+        print("stopped waiting; the stack goes on in the background (`status`, `down`)")
+        return 130
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -248,6 +255,7 @@ def _run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         json_output=args.json,
     )
+    interrupt_on_stop()  # the run's finally blocks stop what it started
     try:
         summary = asyncio.run(run_devstack(opts))
     except StackRunningError as exc:

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import TypeVar
 
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.master.v1 import device_master_pb2
+from headwater.runtime.signals import async_stop_event
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.topics import TopicSpec
 from headwater_dev.devstack import ownership, seeding, status_file
@@ -157,10 +157,7 @@ class Supervisor:
     async def run(self) -> int:
         """Start everything, run until SIGTERM/SIGINT, stop everything; 1 if start failed."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop = async_stop_event()  # SIGINT or SIGTERM, whatever was inherited
         token = _token(self.workdir)
         (self.workdir / "tokens.yaml").write_text(_tokens_yaml(token))
         ports = self.opts.ports

@@ -9,11 +9,9 @@ Ctrl-C / SIGTERM.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -21,6 +19,7 @@ from google.protobuf import descriptor_pool, json_format, message_factory
 
 from headwater.contracts import TOPIC_MESSAGES
 from headwater.kafka.settings import resolve_kafka
+from headwater.runtime.signals import interrupt_on_stop
 from headwater.topics import COMPLETIONS_TOPIC, DEADLETTER_TOPIC, EVENT_TOPICS
 
 DEFAULT_TOPICS = [*EVENT_TOPICS.values(), COMPLETIONS_TOPIC, DEADLETTER_TOPIC]
@@ -98,11 +97,7 @@ def watch(
     max_seconds: float | None,
 ) -> int:
     """Print records as JSON lines until a bound or a stop signal; return the exit code."""
-
-    def stop(_sig: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    interrupt_on_stop()
     try:
         for record in follow(bootstrap, topics, from_beginning, max_records, max_seconds):
             print(json.dumps(record), flush=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import time
 from typing import Any
 
@@ -93,17 +92,12 @@ def _run(args: argparse.Namespace) -> int:
     require_java("the enricher (Spark)")
     from headwater.enricher.driver.runner import run_enricher
     from headwater.enricher.driver.stderr_json import route_stderr_through_json
+    from headwater.runtime.signals import stop_event
 
     route_stderr_through_json()  # Spark's JVM and workers share our stderr: JSON only
 
-    stop = {"requested": False}
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop["requested"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_event()  # SIGINT or SIGTERM, whatever was inherited
     deadline = time.monotonic() + args.max_seconds if args.max_seconds else None
-    code, summary = run_enricher(settings, lambda: stop["requested"], deadline)
+    code, summary = run_enricher(settings, stop.is_set, deadline)
     print(json.dumps(summary), flush=True)
     return code

@@ -11,6 +11,7 @@ from typing import Any
 
 from headwater.enricher.driver.errors import EnricherError, explain_failure
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.runtime.signals import sigint_kept
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ def run_enricher(
     listener = EnricherListener(telemetry.meter_provider.get_meter("headwater.enricher"), stats)
     code, error = 0, ""
     log_normalizers()
-    spark = job.build_session(settings)
+    with sigint_kept():  # the caller's stop path, not pyspark's
+        spark = job.build_session(settings)
     spark.streams.addListener(listener)
     progress = progress_listener(settings)  # group offsets for `headwater lag`, never read back
     if progress:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,6 +32,7 @@ from headwater.ingest.writers.aiokafka_writer import AiokafkaWriter
 from headwater.ingest.writers.confluent_writer import ConfluentWriter
 from headwater.ingest.writers.protocol import RecordWriter
 from headwater.proto.ingest.v1 import ingest_service_pb2
+from headwater.runtime.signals import async_stop_event
 from headwater.runtime.telemetry import Telemetry, create_telemetry
 
 log = logging.getLogger(__name__)
@@ -285,9 +285,6 @@ async def serve(settings: IngestSettings) -> None:
     )
     server = IngestServer(settings, telemetry=telemetry, commands=CommandSettings.from_env())
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = async_stop_event()  # SIGINT or SIGTERM, whatever was inherited
     await stop.wait()
     await server.stop()

@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from headwater.gateway.client import GatewayClient, GatewayConfig
 from headwater.gateway.spool import Spool, SpoolLockedError
+from headwater.runtime.signals import interrupt_on_stop
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +73,7 @@ def _drain(args: argparse.Namespace) -> int:
             async with GatewayClient(spool, config) as client:
                 return await client.drain(args.within)
 
+    interrupt_on_stop()  # Ctrl-C/SIGTERM stop the drain however it was launched
     try:
         empty = asyncio.run(run())
     except SpoolLockedError as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-import time
 from datetime import UTC, datetime
 
 from headwater.kafka.options import add_kafka_options, kafka_from_args
@@ -328,9 +327,11 @@ def _lag(args: argparse.Namespace) -> int:
     from headwater.ops.lag import checkpoint_lag, enricher_group, group_lag, scrape_signals
     from headwater.ops.offsets import admin_client
     from headwater.ops.render import emit
+    from headwater.runtime.signals import stop_event
 
     groups = args.group or ([] if args.checkpoint else [enricher_group()])
     admin = admin_client(kafka_from_args(args))
+    stop = stop_event() if args.watch else None  # Ctrl-C / SIGTERM end the refreshing
     while True:
         lags = [group_lag(admin, group, args.topic) for group in groups]
         if args.checkpoint:
@@ -358,9 +359,8 @@ def _lag(args: argparse.Namespace) -> int:
             print(datetime.now(UTC).isoformat(timespec="seconds"))
         emit(rows, ["group", *_OFFSET_COLUMNS], args.json)
         emit(summary, list(summary[0]) if summary else [], args.json)
-        if not args.watch:
+        if stop is None or stop.wait(args.watch):
             return 0
-        time.sleep(args.watch)
 
 
 def _register_status(subparsers: argparse._SubParsersAction) -> None:
