@@ -34,7 +34,7 @@ from headwater.gateway.records import (
     SpoolLimits,
     SpoolStats,
 )
-from headwater.gateway.schema import SCHEMA
+from headwater.gateway.schema import upgrade
 from headwater.proto.device.v1 import device_message_pb2
 
 __all__ = [
@@ -83,7 +83,7 @@ class Spool:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._synchronous = synchronous
         self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(SCHEMA)
+        upgrade(self._db)
         self._mutex = threading.Lock()
         # Kept in memory so limits and gauges need no scan of the outbox.
         depth, size = self._db.execute(
@@ -176,6 +176,16 @@ class Spool:
             rows = [(m.message_id, endpoint, m.SerializeToString(), now) for m in spooled]
             self._insert_all(rows, dropped)
         return Enqueued(spooled, tuple(dropped), expired)
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> int:
+        """Run one write statement in its own transaction (for the commands table).
+
+        Durable as the spool is (``synchronous``): the commands runner records here that a
+        handler is about to run. Returns the rows changed.
+        """
+        with self._mutex, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            return int(self._db.execute(sql, params).rowcount)
 
     def read(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         """Run one read-only query on the spool file (for the commands table)."""
