@@ -30,6 +30,7 @@ from headwater.topics import COMMAND_REPORTS_TOPIC, COMMAND_STATUS_TOPIC, COMMAN
 from .book import CommandBook, Entry
 from .delivery import CommandDelivery
 from .feed import CommandFeed
+from .owners import OwnerBook
 from .relay import StatusRelay
 from .settings import CommandSettings
 
@@ -43,10 +44,13 @@ class CommandMetrics:
     headwater_ingest_commands_expired_total, headwater_ingest_commands_duplicate_total,
     headwater_ingest_command_reports_total, headwater_ingest_command_outcomes_total,
     headwater_ingest_command_delivery_duration_seconds,
-    headwater_ingest_commands_waiting, headwater_ingest_command_streams.
+    headwater_ingest_commands_waiting, headwater_ingest_command_streams,
+    headwater_ingest_command_owner_changes_total, headwater_ingest_command_owned_devices.
     """
 
-    def __init__(self, meter: Meter, book: CommandBook, delivery: CommandDelivery) -> None:
+    def __init__(
+        self, meter: Meter, book: CommandBook, owners: OwnerBook, delivery: CommandDelivery
+    ) -> None:
         self.queued = meter.create_counter(
             "headwater.ingest.commands.queued",
             unit="{command}",
@@ -91,6 +95,18 @@ class CommandMetrics:
             unit="{command}",
             description="Commands in this replica's book: not yet delivered nor expired",
         )
+        self.owner_changes = meter.create_counter(
+            "headwater.ingest.command.owner.changes",
+            unit="{device}",
+            description="Devices taken by a gateway: the first owner (kind=first) or another "
+            "bound gateway after the owner's grace (kind=failover)",
+        )
+        meter.create_observable_gauge(
+            "headwater.ingest.command.owned_devices",
+            [lambda _o: [Observation(owners.size)]],
+            unit="{device}",
+            description="Devices with an owning gateway on this replica",
+        )
         meter.create_observable_gauge(
             "headwater.ingest.command.streams",
             [lambda _o: [Observation(delivery.open_streams)]],
@@ -119,16 +135,18 @@ class CommandService:
         self.feed = CommandFeed(
             kafka, self.book, prefix + COMMANDS_TOPIC, self._status_topic, self._read
         )
+        self.owners = OwnerBook(settings.owner_grace_seconds, self._owner_changed)
         self.delivery = CommandDelivery(
             settings,
             self.book,
+            self.owners,
             authenticator,
             self.feed.caught_up,
             self._delivered,
             self._outcome,
             stream_slot,
         )
-        self.metrics = CommandMetrics(meter, self.book, self.delivery)
+        self.metrics = CommandMetrics(meter, self.book, self.owners, self.delivery)
         self.relay = StatusRelay(
             kafka,
             writer,
@@ -170,6 +188,18 @@ class CommandService:
 
     def _read(self, command: Command, new: bool) -> None:
         (self.metrics.queued if new else self.metrics.duplicates).add(1)
+
+    def _owner_changed(self, device: tuple[str, str], previous: str, owner: str) -> None:
+        self.metrics.owner_changes.add(1, {"kind": "failover" if previous else "first"})
+        log.info(
+            "device commands owner changed",
+            extra={
+                "tenant": device[0],
+                "device_id": device[1],
+                "previous_gateway": previous,
+                "gateway": owner,
+            },
+        )
 
     def _delivered(self, entry: Entry, gateway_id: str) -> None:
         self.metrics.delivered.add(1)

@@ -25,6 +25,9 @@ class CommandSettings:
     #: Open ReceiveCommands streams per gateway, at most (one is normal: a reconnect
     #: briefly makes two).
     max_streams_per_gateway: int = 2
+    #: Seconds a device's owner may be without a command stream (a restart, a reconnect)
+    #: before another gateway bound to the device takes its commands over.
+    owner_grace_seconds: float = 5.0
     #: Ids of delivered and finished commands remembered, so a repeated command id or a
     #: late report is recognised. Oldest are forgotten first.
     remembered_ids: int = 1_000_000
@@ -45,6 +48,9 @@ class CommandSettings:
                 "HEADWATER_INGEST_COMMANDS_MAX_STREAMS_PER_GATEWAY",
                 cls.max_streams_per_gateway,
                 1,
+            ),
+            owner_grace_seconds=env_float(
+                env, "HEADWATER_INGEST_COMMANDS_OWNER_GRACE_SECONDS", cls.owner_grace_seconds, 0.0
             ),
             remembered_ids=env_int(
                 env, "HEADWATER_INGEST_COMMANDS_REMEMBERED_IDS", cls.remembered_ids, 1000
