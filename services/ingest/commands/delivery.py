@@ -38,6 +38,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from headwater.commands import model
 from headwater.endpoints import SERVICE_NAME
@@ -46,7 +47,6 @@ from headwater.ingest.errors import (
     IngestError,
     InvalidMessageError,
     OverloadedError,
-    UnauthenticatedError,
 )
 from headwater.ingest.settings import CONTRACT_MAX_PAYLOAD_BYTES
 from headwater.ingest.status import to_rpc_status
@@ -121,9 +121,11 @@ class CommandDelivery:
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
         """The handler of ReceiveCommands, to add next to the servicer's."""
+        # Frames arrive as bytes and are decoded in the handler: a deserializer that raises
+        # does so outside it, and the caller gets UNKNOWN (and the log a traceback).
         method = grpc.stream_stream_rpc_method_handler(
             self._receive,
-            request_deserializer=api.ReceiveCommandsRequest.FromString,
+            request_deserializer=None,
             response_serializer=api.ReceiveCommandsResponse.SerializeToString,
         )
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method})
@@ -136,10 +138,9 @@ class CommandDelivery:
                 stream.wake.set()
 
     async def _receive(
-        self,
-        requests: AsyncIterator[api.ReceiveCommandsRequest],
-        context: grpc.aio.ServicerContext,
+        self, frames: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[api.ReceiveCommandsResponse]:
+        requests = _decoded(frames)
         held = contextlib.ExitStack()
         try:
             gateway = self._auth.authenticate(
@@ -194,7 +195,9 @@ class CommandDelivery:
                         yield answers.get_nowait()
                 if not stream.dirty and answers.empty():
                     await _first(stream.wake.wait(), acks)
-        except UnauthenticatedError as err:  # revoked or removed while the stream was open
+            if not acks.cancelled() and isinstance(acks.exception(), IngestError):
+                raise acks.exception()  # type: ignore[misc]  # an undecodable frame
+        except IngestError as err:  # revoked or removed meanwhile; an undecodable frame
             log.info(err.message, extra={"method": METHOD, "gateway": gateway.gateway_id})
             await context.abort_with_status(to_rpc_status(err))
         finally:
@@ -358,6 +361,18 @@ class CommandDelivery:
                 f"tenant {gateway.tenant!r}; nothing was {what}",
             )
         return None
+
+
+async def _decoded(frames: AsyncIterator[bytes]) -> AsyncIterator[api.ReceiveCommandsRequest]:
+    """The stream's frames decoded; InvalidMessageError (INVALID_ARGUMENT) for one that is not."""
+    async for frame in frames:
+        try:
+            yield api.ReceiveCommandsRequest.FromString(frame)
+        except DecodeError as exc:
+            raise InvalidMessageError(
+                f"a ReceiveCommands frame is not a ReceiveCommandsRequest ({exc})",
+                reason="MALFORMED_REQUEST",
+            ) from None
 
 
 #: Longest sleep of an idle stream: how soon it notices a revoked token.
