@@ -156,6 +156,8 @@ class CommandService:
             self._status_topic,
             settings.relay_group,
             self._relayed,
+            settings.relay_session_timeout_seconds,
+            settings.relay_instance_id,
         )
         self._tasks: list[asyncio.Task[None]] = []
         #: Statuses this replica writes from its streams (DELIVERED on an ack, outcomes),

@@ -20,6 +20,13 @@ class CommandSettings:
     topic_prefix: str = ""
     #: Consumer group of the relay; every replica joins it, so each report is relayed once.
     relay_group: str = "headwater-ingest-command-relay"
+    #: How soon the relay's group notices a replica gone without leaving (killed): until
+    #: then, the reports of its partitions wait. 6 s is the broker's smallest by default.
+    relay_session_timeout_seconds: float = 6.0
+    #: Static membership of the relay's group: a replica restarted with the same id takes
+    #: its partitions back at once, without waiting for the session timeout. Default: the
+    #: pod's name ($POD_NAME), which a restarted container keeps; empty: dynamic.
+    relay_instance_id: str = ""
     #: Commands sent on one stream and not yet acknowledged, at most.
     max_unacked: int = 64
     #: Open ReceiveCommands streams per gateway, at most (one is normal: a reconnect
@@ -42,6 +49,15 @@ class CommandSettings:
             enabled=env_bool(env, "HEADWATER_INGEST_COMMANDS_ENABLED", cls.enabled),
             topic_prefix=env_str(env, "HEADWATER_INGEST_COMMANDS_TOPIC_PREFIX", ""),
             relay_group=env_str(env, "HEADWATER_INGEST_COMMANDS_RELAY_GROUP", cls.relay_group),
+            relay_session_timeout_seconds=env_float(
+                env,
+                "HEADWATER_INGEST_COMMANDS_RELAY_SESSION_TIMEOUT_SECONDS",
+                cls.relay_session_timeout_seconds,
+                1.0,
+            ),
+            relay_instance_id=env_str(
+                env, "HEADWATER_INGEST_COMMANDS_RELAY_INSTANCE_ID", env.get("POD_NAME", "")
+            ),
             max_unacked=env_int(env, "HEADWATER_INGEST_COMMANDS_MAX_UNACKED", cls.max_unacked, 1),
             max_streams_per_gateway=env_int(
                 env,
