@@ -42,6 +42,7 @@ class CommandMetrics:
 
     Prometheus: headwater_ingest_commands_queued_total, headwater_ingest_commands_delivered_total,
     headwater_ingest_commands_expired_total, headwater_ingest_commands_duplicate_total,
+    headwater_ingest_commands_refused_total,
     headwater_ingest_command_reports_total, headwater_ingest_command_outcomes_total,
     headwater_ingest_command_delivery_duration_seconds,
     headwater_ingest_commands_waiting, headwater_ingest_command_streams,
@@ -60,6 +61,12 @@ class CommandMetrics:
             "headwater.ingest.commands.duplicate",
             unit="{command}",
             description="Records of commands.v1 whose command id was known: not delivered again",
+        )
+        self.refused = meter.create_counter(
+            "headwater.ingest.commands.refused",
+            unit="{command}",
+            description="Commands read from commands.v1 that fail the checks of delivery "
+            "(size, contract, key): REJECTED, never delivered",
         )
         self.delivered = meter.create_counter(
             "headwater.ingest.commands.delivered",
@@ -133,7 +140,12 @@ class CommandService:
         prefix = settings.topic_prefix
         self._status_topic = prefix + COMMAND_STATUS_TOPIC
         self.feed = CommandFeed(
-            kafka, self.book, prefix + COMMANDS_TOPIC, self._status_topic, self._read
+            kafka,
+            self.book,
+            prefix + COMMANDS_TOPIC,
+            self._status_topic,
+            self._read,
+            self._refused,
         )
         self.owners = OwnerBook(settings.owner_grace_seconds, self._owner_changed)
         self.delivery = CommandDelivery(
@@ -164,6 +176,9 @@ class CommandService:
         #: and their wake-up.
         self._to_write: list[CommandStatus] = []
         self._to_write_wake = asyncio.Event()
+        #: Commands that failed the checks of delivery, with (reason, message).
+        self._to_reject: list[tuple[Command, str, str]] = []
+        self._to_reject_wake = asyncio.Event()
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
         """The ReceiveCommands handler."""
@@ -178,6 +193,7 @@ class CommandService:
             asyncio.create_task(_again(self.relay.run, "relay")),
             asyncio.create_task(_logged(self._expire_forever(), "expiry")),
             asyncio.create_task(_logged(self._write_statuses_forever(), "stream statuses")),
+            asyncio.create_task(_logged(self._reject_forever(), "rejections")),
         ]
 
     async def stop(self) -> None:
@@ -202,6 +218,40 @@ class CommandService:
                 "gateway": owner,
             },
         )
+
+    def _refused(self, command: Command, reason: str, message: str) -> None:
+        self._to_reject.append((command, reason, message))
+        self._to_reject_wake.set()
+
+    async def _reject_forever(self) -> None:
+        """Write REJECTED for the commands that failed the checks of delivery.
+
+        Only once the book is caught up: a command rejected before this replica started
+        has its REJECTED on the status topic, and is not rejected (written) again. Every
+        replica reads every command, so REJECTED may be written once per replica.
+        """
+        await self.feed.caught_up.wait()
+        while True:
+            await self._to_reject_wake.wait()
+            self._to_reject_wake.clear()
+            refused, self._to_reject = self._to_reject, []
+            for command, reason, message in refused:
+                key = (command.tenant, command.device_id, command.command_id)
+                if self.book.known(key):  # rejected before, or the id was delivered
+                    continue
+                self.book.finish(key, CommandState.COMMAND_STATE_REJECTED)
+                self.metrics.refused.add(1, {"reason": reason})
+                log.warning(
+                    "a command on the commands topic fails the checks of delivery; REJECTED",
+                    extra={"command_id": command.command_id, "reason": reason, "detail": message},
+                )
+                self._write(
+                    model.status_of(
+                        command,
+                        CommandState.COMMAND_STATE_REJECTED,
+                        reason=f"{reason}: {message}"[:1024],
+                    )
+                )
 
     def _delivered(self, entry: Entry, gateway_id: str) -> None:
         self.metrics.delivered.add(1)
