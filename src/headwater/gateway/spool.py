@@ -256,7 +256,7 @@ class Spool:
 
     def _insert_all(self, rows: list[tuple[str, str, bytes, int]], dropped: list[str]) -> None:
         """Insert (message_id, endpoint, envelope, enqueued_ms) rows, making room by policy."""
-        limit = self.limits.max_bytes
+        limit = self._outbox_limit(sum(len(row[2]) for row in rows))
         sizes = [len(row[2]) for row in rows]
         total = sum(sizes)
         for size in sizes:
@@ -276,6 +276,35 @@ class Spool:
         )
         self._depth += len(rows)
         self._bytes += total
+
+    def _outbox_limit(self, adding: int) -> int:
+        """The bytes the outbox may hold: the limit less the commands table's.
+
+        Done commands (kept for their retention, to recognise a redelivered id) give way
+        first, oldest finished first; commands waiting to run never do.
+        """
+        (commands,) = self._db.execute("SELECT total FROM command_bytes").fetchone()
+        excess = self._bytes + commands + adding - self.limits.max_bytes
+        if excess > 0 and commands:
+            commands -= self._drop_done_commands(excess)
+        return int(self.limits.max_bytes - commands)
+
+    def _drop_done_commands(self, need: int) -> int:
+        freed, count = 0, 0
+        while freed < need:
+            oldest = self._db.execute(
+                "SELECT seq, LENGTH(envelope) FROM commands WHERE done = 1 "
+                "ORDER BY finished_ms LIMIT 64"
+            ).fetchall()
+            if not oldest:
+                break
+            for seq, size in oldest:
+                if freed >= need:
+                    break
+                self._db.execute("DELETE FROM commands WHERE seq = ?", (seq,))
+                freed, count = freed + size, count + 1
+        self._count("done_commands_dropped", count)
+        return freed
 
     def _expire(self, now: int) -> int:
         if not self.limits.max_age_s:
