@@ -281,7 +281,7 @@ class CommandReceiver:
         )
         reports = []
         for seq, envelope in rows:
-            command = Command.FromString(bytes(envelope))  # type: ignore[arg-type]
+            command = Command.FromString(bytes(envelope))  # type: ignore[call-overload]
             again = self._may_run_again(command)
             log.warning(
                 "a command was interrupted while its handler ran; %s",
