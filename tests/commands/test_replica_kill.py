@@ -26,9 +26,10 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def start_replica(
-    topics, port: int, tokens: Path, group: str, log: Path
+    topics, port: int, tokens: Path, group: str, log: Path, **more_env: str
 ) -> subprocess.Popen[bytes]:
     env = {
+        **more_env,
         **os.environ,
         "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": topics.kafka.bootstrap_servers,
         "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",

@@ -263,3 +263,27 @@ def test_an_empty_bootstrap_variable_means_the_default_broker(monkeypatch):
     monkeypatch.setenv("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "")
     args = build_parser().parse_args(["command", "status", "c-1"])
     assert kafka_from_args(args).bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS
+
+
+def test_one_owner_per_device_keeps_it_while_connected_and_fails_over_after_the_grace():
+    from headwater.ingest.commands.owners import OwnerBook
+
+    now = [100.0]
+    changes: list[tuple[str, str]] = []
+    owners = OwnerBook(5.0, lambda _d, old, new: changes.append((old, new)), lambda: now[0])
+    device = ("acme", "acme-001")
+    assert owners.claim(device, "gw-a")  # the first takes it
+    assert not owners.claim(device, "gw-a2")  # the other is refused while gw-a is connected
+    owners.disconnected("gw-a")
+    now[0] += 4.9
+    assert not owners.claim(device, "gw-a2")  # within the grace: still gw-a's
+    owners.connected("gw-a")  # back within the grace: keeps it
+    now[0] += 10
+    assert not owners.claim(device, "gw-a2")
+    assert owners.owner(device) == "gw-a"
+    owners.disconnected("gw-a")
+    now[0] += 5.0
+    assert owners.claim(device, "gw-a2")  # failover
+    assert not owners.claim(device, "gw-a")  # the old owner does not take it back
+    assert changes == [("", "gw-a"), ("gw-a", "gw-a2")]
+    assert owners.owner(device) == "gw-a2" and owners.size == 1

@@ -32,12 +32,20 @@ from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from headwater.ingest.commands.settings import CommandSettings
 from headwater.ingest.rpc.server import IngestServer
 from headwater.ingest.settings import IngestSettings
+from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.runtime.telemetry import create_telemetry
+from headwater.topics import (
+    COMMAND_REPORTS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
+    TopicSpec,
+)
 from headwater_dev.devstack.broker import free_port
 from tests.support.launch import launch
 
@@ -78,7 +86,15 @@ def channel(kafka_bootstrap, ingest_topics, tmp_path_factory) -> Iterator[grpc.C
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hostile-ingest", daemon=True)
     thread.start()
-    server = IngestServer(ingest_settings, telemetry=create_telemetry("hostile"))
+    # Commands served too (on topics of this module's own), so ReceiveCommands is attacked.
+    prefix = f"hostile{uuid.uuid4().hex[:8]}."
+    ensure_topics(
+        kafka_bootstrap,
+        [TopicSpec(prefix + t, 1, 1) for t in (COMMANDS_TOPIC, COMMAND_STATUS_TOPIC)]
+        + [TopicSpec(COMMAND_REPORTS_TOPIC, 3, 1)],
+    )
+    commands = CommandSettings(topic_prefix=prefix, relay_group=f"{prefix}relay")
+    server = IngestServer(ingest_settings, telemetry=create_telemetry("hostile"), commands=commands)
 
     async def start() -> int:
         port = await server.start()
@@ -463,6 +479,58 @@ def test_a_burst_of_hostile_calls_is_answered_and_the_server_carries_on(channel)
         except grpc.RpcError as exc:
             codes.add(exc.code())
     assert codes <= ANSWERED, codes
+    assert_still_serving(channel)
+
+
+def reflected_methods(channel: grpc.Channel) -> list[tuple[str, bool, bool]]:
+    """(path, client streaming, server streaming) of every method the server reflects."""
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    database = ProtoReflectionDescriptorDatabase(channel)
+    pool = DescriptorPool(database)
+    methods = []
+    for name in database.get_services():
+        for method in pool.FindServiceByName(name).methods:
+            path = f"/{name}/{method.name}"
+            methods.append((path, method.client_streaming, method.server_streaming))
+    return methods
+
+
+#: Bytes no request message can be made of, and a frame cut short.
+HOSTILE_FRAMES = [b"\xff" * 64, b"\x0a\x10" + GOOD[:8], tag(20, SGROUP)]
+
+
+def test_hostile_bytes_on_every_reflected_method_get_a_clear_answer(channel, caplog):
+    """Every method the server lists by reflection, every arity: never UNKNOWN, no traceback."""
+    methods = reflected_methods(channel)
+    assert f"{SERVICE}/ReceiveCommands" in {path for path, _, _ in methods}
+    assert len(methods) >= 10, methods  # the ingest methods, health, reflection v1/v1alpha
+    answers: dict[str, set[grpc.StatusCode]] = {}
+    caplog.clear()
+    for path, client_streaming, server_streaming in methods:
+        for payload in HOSTILE_FRAMES:
+            raw = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+            call = getattr(
+                channel,
+                f"{'stream' if client_streaming else 'unary'}_"
+                f"{'stream' if server_streaming else 'unary'}",
+            )(path, **raw)
+            request = iter([payload]) if client_streaming else payload
+            try:
+                response = call(request, metadata=bearer(), timeout=CALL_TIMEOUT_S)
+                if server_streaming:
+                    list(response)
+                code = OK
+            except grpc.RpcError as exc:
+                code = exc.code()
+            answers.setdefault(path, set()).add(code)
+    print(f"\nhostile frames on {len(methods)} reflected methods: {answers}")
+    assert {path: codes - ANSWERED for path, codes in answers.items() if codes - ANSWERED} == {}
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
+    assert tracebacks == []
     assert_still_serving(channel)
 
 

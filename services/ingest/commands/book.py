@@ -35,6 +35,9 @@ class Entry:
     key: CommandKey
     expires_ms: int
     created_ms: int
+    #: The gateway it was sent to, once sent: it may be in that gateway's spool (stored,
+    #: its acknowledgement lost with the stream), so no other gateway is ever sent it.
+    sent_to: str = ""
 
 
 class CommandBook:

@@ -13,6 +13,14 @@ this replica with the tenant and gateway authenticated here. Its durable copy, t
 gateway's spooled report, still comes through the relay: the stream copy only makes the
 state visible a produce after the handler returns instead of after the report's trip.
 
+One owner per device: when several gateways are bound to a device, only the streams of
+its owner are sent its commands (owners.py: the first to take it keeps it while connected;
+another takes over after a grace period without its streams). A command once sent to a
+gateway is only ever sent to that gateway again: it may be in its spool with the
+acknowledgement lost, so another gateway running it could run it twice. After a failover
+such commands wait for their gateway to come back (it acknowledges them from its spool)
+or expire.
+
 Flow control: at most ``max_unacked`` commands are out on a stream; the next one waits
 for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open command
 streams, and a command stream holds one of the replica's stream slots like a publishing
@@ -30,6 +38,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from headwater.commands import model
 from headwater.endpoints import SERVICE_NAME
@@ -38,7 +47,6 @@ from headwater.ingest.errors import (
     IngestError,
     InvalidMessageError,
     OverloadedError,
-    UnauthenticatedError,
 )
 from headwater.ingest.settings import CONTRACT_MAX_PAYLOAD_BYTES
 from headwater.ingest.status import to_rpc_status
@@ -47,6 +55,7 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandState, Command
 from headwater.proto.ingest.v1 import command_messages_pb2 as api
 
 from .book import CommandBook, CommandKey, DeviceKey, Entry
+from .owners import OwnerBook
 from .settings import CommandSettings
 
 log = logging.getLogger(__name__)
@@ -84,6 +93,7 @@ class CommandDelivery:
         self,
         settings: CommandSettings,
         book: CommandBook,
+        owners: OwnerBook,
         authenticator: Authenticator,
         caught_up: asyncio.Event,
         on_delivered: Callable[[Entry, str], None],
@@ -95,6 +105,7 @@ class CommandDelivery:
         #: max_streams), shared with the publishing streams; None: not counted (tests).
         self._stream_slot = stream_slot or (lambda _gateway: contextlib.nullcontext())
         self._book = book
+        self._owners = owners
         self._auth = authenticator
         self._caught_up = caught_up
         self._on_delivered = on_delivered
@@ -110,9 +121,11 @@ class CommandDelivery:
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
         """The handler of ReceiveCommands, to add next to the servicer's."""
+        # Frames arrive as bytes and are decoded in the handler: a deserializer that raises
+        # does so outside it, and the caller gets UNKNOWN (and the log a traceback).
         method = grpc.stream_stream_rpc_method_handler(
             self._receive,
-            request_deserializer=api.ReceiveCommandsRequest.FromString,
+            request_deserializer=None,
             response_serializer=api.ReceiveCommandsResponse.SerializeToString,
         )
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method})
@@ -125,10 +138,9 @@ class CommandDelivery:
                 stream.wake.set()
 
     async def _receive(
-        self,
-        requests: AsyncIterator[api.ReceiveCommandsRequest],
-        context: grpc.aio.ServicerContext,
+        self, frames: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[api.ReceiveCommandsResponse]:
+        requests = _decoded(frames)
         held = contextlib.ExitStack()
         try:
             gateway = self._auth.authenticate(
@@ -161,6 +173,7 @@ class CommandDelivery:
         want = open_frame.open.max_unacked or self._settings.max_unacked
         stream = CommandStream(gateway, asyncio.Semaphore(min(want, self._settings.max_unacked)))
         mine.add(stream)
+        self._owners.connected(gateway.gateway_id)
         answers: asyncio.Queue[api.ReceiveCommandsResponse] = asyncio.Queue()
         acks = asyncio.create_task(self._read_acks(stream, requests, answers))
         log.info(
@@ -182,7 +195,9 @@ class CommandDelivery:
                         yield answers.get_nowait()
                 if not stream.dirty and answers.empty():
                     await _first(stream.wake.wait(), acks)
-        except UnauthenticatedError as err:  # revoked or removed while the stream was open
+            if not acks.cancelled() and isinstance(acks.exception(), IngestError):
+                raise acks.exception()  # type: ignore[misc]  # an undecodable frame
+        except IngestError as err:  # revoked or removed meanwhile; an undecodable frame
             log.info(err.message, extra={"method": METHOD, "gateway": gateway.gateway_id})
             await context.abort_with_status(to_rpc_status(err))
         finally:
@@ -191,10 +206,28 @@ class CommandDelivery:
                 await acks
             mine.discard(stream)
             held.close()
+            self._release(gateway)
             log.info(
                 "command stream closed",
                 extra={"gateway": gateway.gateway_id, "unacked": len(stream.unacked)},
             )
+
+    def _release(self, gateway: Gateway) -> None:
+        """After a stream closed: if it was its gateway's last, free its devices after the grace."""
+        mine = self._streams.get(gateway.tenant, ())
+        if any(s.gateway.gateway_id == gateway.gateway_id for s in mine):
+            return
+        freed = self._owners.disconnected(gateway.gateway_id)
+        if freed:
+            # A moment past the grace, so that the claim sees it passed.
+            asyncio.get_running_loop().call_later(
+                self._owners.grace_s + 0.01, self._look_again, freed
+            )
+
+    def _look_again(self, devices: list[DeviceKey]) -> None:
+        """Wake the streams serving ``devices``: their owner may have gone for good."""
+        for device in devices:
+            self._added(device)
 
     def _recheck(
         self, stream: CommandStream, generation: int, context: grpc.aio.ServicerContext
@@ -220,9 +253,15 @@ class CommandDelivery:
         """The commands of the stream's dirty devices not sent on it yet, device by device."""
         while stream.dirty:
             device = stream.dirty.pop()
+            gateway_id = stream.gateway.gateway_id
+            # Not the owner: only the commands sent to this gateway before (another took
+            # the device over while it was away) are its; woken again if the owner goes.
+            owner = self._owners.claim(device, gateway_id)
             for entry in self._book.waiting(device):
                 if entry.key in stream.unacked:
                     continue
+                if entry.sent_to != gateway_id and (entry.sent_to or not owner):
+                    continue  # another gateway's, or may be in another gateway's spool
                 if model.expired(entry.command):
                     continue  # the expiry check marks it EXPIRED; never delivered
                 await stream.window.acquire()
@@ -230,6 +269,7 @@ class CommandDelivery:
                     stream.window.release()
                     continue
                 stream.unacked[entry.key] = time.monotonic()
+                entry.sent_to = gateway_id
                 yield entry.command
 
     async def _read_acks(
@@ -321,6 +361,18 @@ class CommandDelivery:
                 f"tenant {gateway.tenant!r}; nothing was {what}",
             )
         return None
+
+
+async def _decoded(frames: AsyncIterator[bytes]) -> AsyncIterator[api.ReceiveCommandsRequest]:
+    """The stream's frames decoded; InvalidMessageError (INVALID_ARGUMENT) for one that is not."""
+    async for frame in frames:
+        try:
+            yield api.ReceiveCommandsRequest.FromString(frame)
+        except DecodeError as exc:
+            raise InvalidMessageError(
+                f"a ReceiveCommands frame is not a ReceiveCommandsRequest ({exc})",
+                reason="MALFORMED_REQUEST",
+            ) from None
 
 
 #: Longest sleep of an idle stream: how soon it notices a revoked token.

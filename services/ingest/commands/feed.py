@@ -23,6 +23,7 @@ from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandStatus
 
 from .book import CommandBook
+from .checks import delivery_refusal
 
 log = logging.getLogger(__name__)
 CLIENT_ROLE = "headwater-ingest-commands"
@@ -40,12 +41,16 @@ class CommandFeed:
         commands_topic: str,
         status_topic: str,
         on_command: Any = None,
+        on_refused: Any = None,
     ) -> None:
         self._kafka = kafka
         self._book = book
         self._commands_topic = commands_topic
         self._status_topic = status_topic
         self._on_command = on_command or (lambda _command, _new: None)
+        #: Called with (command, reason, message) for a command that fails the checks of
+        #: delivery (checks.py): it never enters the book.
+        self._on_refused = on_refused or (lambda _command, _reason, _message: None)
         #: Set once the ends seen at start are read.
         self.caught_up = asyncio.Event()
         self._consumer: Any = None
@@ -178,6 +183,11 @@ class CommandFeed:
         try:
             if msg.topic() == self._commands_topic:
                 command = Command.FromString(value)
+                key = (command.tenant, command.device_id, command.command_id)
+                refusal = None if self._book.known(key) else delivery_refusal(command, msg.key())
+                if refusal is not None:
+                    self._on_refused(command, *refusal)
+                    return
                 self._on_command(command, self._book.add(command))
             else:
                 self._book.apply(CommandStatus.FromString(value))

@@ -68,6 +68,8 @@ class StatusRelay:
         status_topic: str,
         group: str,
         on_relayed: Any = None,
+        session_timeout_s: float = 6.0,
+        instance_id: str = "",
     ) -> None:
         self._kafka = kafka
         self._writer = writer
@@ -76,6 +78,16 @@ class StatusRelay:
         self._reports_topic = reports_topic
         self._status_topic = status_topic
         self._group = group
+        # A replica killed (not leaving the group) holds its partitions until the group
+        # gives up on it: with the client's default (45 s), the outcomes that gateways
+        # reported while it was down showed up to 42.5 s after its restart. Static
+        # membership lets the restarted replica take them back at once; the short session
+        # bounds the wait when it does not come back under the same id.
+        session_ms = int(session_timeout_s * 1000)
+        self._membership: dict[str, Any] = {
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": max(100, session_ms // 3),
+        } | ({"group.instance.id": instance_id} if instance_id else {})
         #: Called with (status or None when dropped, reason).
         self._on_relayed = on_relayed or (lambda _status, _reason: None)
 
@@ -93,6 +105,7 @@ class StatusRelay:
         consumer = Consumer(
             self._kafka.consumer_config(CLIENT_ROLE, self._group)
             | {"auto.offset.reset": "earliest"}
+            | self._membership
         )
         consumer.subscribe([self._reports_topic])
         #: Batches written, oldest first: (all acked, next offsets to commit).

@@ -30,6 +30,7 @@ from headwater.topics import COMMAND_REPORTS_TOPIC, COMMAND_STATUS_TOPIC, COMMAN
 from .book import CommandBook, Entry
 from .delivery import CommandDelivery
 from .feed import CommandFeed
+from .owners import OwnerBook
 from .relay import StatusRelay
 from .settings import CommandSettings
 
@@ -41,12 +42,16 @@ class CommandMetrics:
 
     Prometheus: headwater_ingest_commands_queued_total, headwater_ingest_commands_delivered_total,
     headwater_ingest_commands_expired_total, headwater_ingest_commands_duplicate_total,
+    headwater_ingest_commands_refused_total,
     headwater_ingest_command_reports_total, headwater_ingest_command_outcomes_total,
     headwater_ingest_command_delivery_duration_seconds,
-    headwater_ingest_commands_waiting, headwater_ingest_command_streams.
+    headwater_ingest_commands_waiting, headwater_ingest_command_streams,
+    headwater_ingest_command_owner_changes_total, headwater_ingest_command_owned_devices.
     """
 
-    def __init__(self, meter: Meter, book: CommandBook, delivery: CommandDelivery) -> None:
+    def __init__(
+        self, meter: Meter, book: CommandBook, owners: OwnerBook, delivery: CommandDelivery
+    ) -> None:
         self.queued = meter.create_counter(
             "headwater.ingest.commands.queued",
             unit="{command}",
@@ -56,6 +61,12 @@ class CommandMetrics:
             "headwater.ingest.commands.duplicate",
             unit="{command}",
             description="Records of commands.v1 whose command id was known: not delivered again",
+        )
+        self.refused = meter.create_counter(
+            "headwater.ingest.commands.refused",
+            unit="{command}",
+            description="Commands read from commands.v1 that fail the checks of delivery "
+            "(size, contract, key): REJECTED, never delivered",
         )
         self.delivered = meter.create_counter(
             "headwater.ingest.commands.delivered",
@@ -91,6 +102,18 @@ class CommandMetrics:
             unit="{command}",
             description="Commands in this replica's book: not yet delivered nor expired",
         )
+        self.owner_changes = meter.create_counter(
+            "headwater.ingest.command.owner.changes",
+            unit="{device}",
+            description="Devices taken by a gateway: the first owner (kind=first) or another "
+            "bound gateway after the owner's grace (kind=failover)",
+        )
+        meter.create_observable_gauge(
+            "headwater.ingest.command.owned_devices",
+            [lambda _o: [Observation(owners.size)]],
+            unit="{device}",
+            description="Devices with an owning gateway on this replica",
+        )
         meter.create_observable_gauge(
             "headwater.ingest.command.streams",
             [lambda _o: [Observation(delivery.open_streams)]],
@@ -117,18 +140,25 @@ class CommandService:
         prefix = settings.topic_prefix
         self._status_topic = prefix + COMMAND_STATUS_TOPIC
         self.feed = CommandFeed(
-            kafka, self.book, prefix + COMMANDS_TOPIC, self._status_topic, self._read
+            kafka,
+            self.book,
+            prefix + COMMANDS_TOPIC,
+            self._status_topic,
+            self._read,
+            self._refused,
         )
+        self.owners = OwnerBook(settings.owner_grace_seconds, self._owner_changed)
         self.delivery = CommandDelivery(
             settings,
             self.book,
+            self.owners,
             authenticator,
             self.feed.caught_up,
             self._delivered,
             self._outcome,
             stream_slot,
         )
-        self.metrics = CommandMetrics(meter, self.book, self.delivery)
+        self.metrics = CommandMetrics(meter, self.book, self.owners, self.delivery)
         self.relay = StatusRelay(
             kafka,
             writer,
@@ -138,12 +168,17 @@ class CommandService:
             self._status_topic,
             settings.relay_group,
             self._relayed,
+            settings.relay_session_timeout_seconds,
+            settings.relay_instance_id,
         )
         self._tasks: list[asyncio.Task[None]] = []
         #: Statuses this replica writes from its streams (DELIVERED on an ack, outcomes),
         #: and their wake-up.
         self._to_write: list[CommandStatus] = []
         self._to_write_wake = asyncio.Event()
+        #: Commands that failed the checks of delivery, with (reason, message).
+        self._to_reject: list[tuple[Command, str, str]] = []
+        self._to_reject_wake = asyncio.Event()
 
     def rpc_handler(self) -> grpc.GenericRpcHandler:
         """The ReceiveCommands handler."""
@@ -158,6 +193,7 @@ class CommandService:
             asyncio.create_task(_again(self.relay.run, "relay")),
             asyncio.create_task(_logged(self._expire_forever(), "expiry")),
             asyncio.create_task(_logged(self._write_statuses_forever(), "stream statuses")),
+            asyncio.create_task(_logged(self._reject_forever(), "rejections")),
         ]
 
     async def stop(self) -> None:
@@ -170,6 +206,52 @@ class CommandService:
 
     def _read(self, command: Command, new: bool) -> None:
         (self.metrics.queued if new else self.metrics.duplicates).add(1)
+
+    def _owner_changed(self, device: tuple[str, str], previous: str, owner: str) -> None:
+        self.metrics.owner_changes.add(1, {"kind": "failover" if previous else "first"})
+        log.info(
+            "device commands owner changed",
+            extra={
+                "tenant": device[0],
+                "device_id": device[1],
+                "previous_gateway": previous,
+                "gateway": owner,
+            },
+        )
+
+    def _refused(self, command: Command, reason: str, message: str) -> None:
+        self._to_reject.append((command, reason, message))
+        self._to_reject_wake.set()
+
+    async def _reject_forever(self) -> None:
+        """Write REJECTED for the commands that failed the checks of delivery.
+
+        Only once the book is caught up: a command rejected before this replica started
+        has its REJECTED on the status topic, and is not rejected (written) again. Every
+        replica reads every command, so REJECTED may be written once per replica.
+        """
+        await self.feed.caught_up.wait()
+        while True:
+            await self._to_reject_wake.wait()
+            self._to_reject_wake.clear()
+            refused, self._to_reject = self._to_reject, []
+            for command, reason, message in refused:
+                key = (command.tenant, command.device_id, command.command_id)
+                if self.book.known(key):  # rejected before, or the id was delivered
+                    continue
+                self.book.finish(key, CommandState.COMMAND_STATE_REJECTED)
+                self.metrics.refused.add(1, {"reason": reason})
+                log.warning(
+                    "a command on the commands topic fails the checks of delivery; REJECTED",
+                    extra={"command_id": command.command_id, "reason": reason, "detail": message},
+                )
+                self._write(
+                    model.status_of(
+                        command,
+                        CommandState.COMMAND_STATE_REJECTED,
+                        reason=f"{reason}: {message}"[:1024],
+                    )
+                )
 
     def _delivered(self, entry: Entry, gateway_id: str) -> None:
         self.metrics.delivered.add(1)

@@ -24,6 +24,7 @@ from headwater.ingest.admission.limits import (
 from headwater.ingest.commands.service import CommandService
 from headwater.ingest.commands.settings import CommandSettings
 from headwater.ingest.metrics import IngestMetrics
+from headwater.ingest.rpc.decoding import DecodeInHandler
 from headwater.ingest.rpc.reflection import enable_reflection
 from headwater.ingest.rpc.servicer import IngestServicer
 from headwater.ingest.rpc.tls import RotatingCertificates
@@ -123,6 +124,7 @@ class IngestServer:
         # send no RetryInfo. The servicer counts its own calls and streams (admission/limits.py).
         shorten_gil_switch_interval()
         server = grpc.aio.server(
+            interceptors=[DecodeInHandler()],
             options=[
                 ("grpc.max_receive_message_length", min(s.max_request_bytes, max_message)),
                 ("grpc.keepalive_time_ms", 60_000),
@@ -190,7 +192,7 @@ class IngestServer:
         if not port:
             return
         host = self.settings.listen_address.rsplit(":", 1)[0]
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[DecodeInHandler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.health_port = server.add_insecure_port(f"{host}:{port}")
         await server.start()

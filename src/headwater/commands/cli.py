@@ -159,6 +159,8 @@ def _status(args: argparse.Namespace) -> int:
             f"{row['name']} {row['reason']}".rstrip()
         )
         print("  states: " + " -> ".join(row["states"]))  # type: ignore[arg-type]
+        if row["gateway_id"]:  # the device's owning gateway, which received the command
+            print(f"  gateway: {row['gateway_id']}")
     return 0
 
 

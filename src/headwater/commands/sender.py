@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater.commands import model
+from headwater.commands.checks import check_command
 from headwater.commands.errors import CommandRefusedError
 from headwater.ids import uuid7
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
@@ -140,12 +141,6 @@ class CommandSender:
                 "TENANT_NOT_PERMITTED",
                 f"this sender may command tenants {sorted(self._tenants)}, not {tenant!r}",
             )
-        if len(payload) > model.MAX_PAYLOAD_BYTES:
-            raise CommandRefusedError(
-                "PAYLOAD_TOO_LARGE",
-                f"payload is {len(payload)} bytes; a command carries at most "
-                f"{model.MAX_PAYLOAD_BYTES}. Send a reference (a URL) to larger data",
-            )
         if expires_at_ms is None:
             ttl = model.DEFAULT_TTL_S if ttl_s is None else ttl_s
             expires_at_ms = now + int(ttl * 1000)
@@ -166,7 +161,7 @@ class CommandSender:
         )
         command.created_time.FromMilliseconds(now)
         command.expires_time.FromMilliseconds(expires_at_ms)
-        _check_contract(command)
+        check_command(command)
         self._devices.check(tenant, device_id)
         partition, offset = self._write(self._commands_topic, command)
         queued = model.status_of(command, CommandState.COMMAND_STATE_QUEUED, at_ms=now)
@@ -201,13 +196,3 @@ class CommandSender:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_contract(command: Command) -> None:
-    from headwater.ingest.write.validation import compile_checks, message_violations
-
-    found = message_violations(command, compile_checks(Command.DESCRIPTOR))
-    if found:
-        raise CommandRefusedError(
-            "INVALID_COMMAND", "; ".join(f"{field} {problem}" for field, problem in found)
-        )

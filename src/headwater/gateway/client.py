@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from headwater.endpoints import COMMAND_STATUS
 from headwater.gateway.answers import DeliveryReport
 from headwater.gateway.channel import create_channel
-from headwater.gateway.commands import CommandHandler, CommandReceiver
+from headwater.gateway.commands import CommandHandler, CommandReceiver, IdempotentCommands
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
@@ -40,6 +40,7 @@ class GatewayClient:
         on_outcome: Callable[[DeliveryReport], None] | None = None,
         metrics: GatewayMetrics | None = None,
         commands: CommandHandler | None = None,
+        idempotent_commands: IdempotentCommands = False,
     ) -> None:
         """Send ``spool``'s messages as ``config`` says.
 
@@ -52,6 +53,9 @@ class GatewayClient:
             commands: the handler of commands from the cloud (``async def handle(command)
                 -> result bytes``); None: this gateway takes no commands. See
                 docs/commands.md.
+            idempotent_commands: the command names whose handler may run a command again
+                after an interruption (True: all). Others, interrupted, end FAILED
+                INTERRUPTED instead of running twice.
         """
         self.spool = spool
         self.config = config
@@ -64,7 +68,12 @@ class GatewayClient:
         ]
         self._receiver = (
             CommandReceiver(
-                spool, self._channel, config, commands, lambda: self.notify(COMMAND_STATUS)
+                spool,
+                self._channel,
+                config,
+                commands,
+                lambda: self.notify(COMMAND_STATUS),
+                idempotent=idempotent_commands,
             )
             if commands is not None
             else None

@@ -15,9 +15,16 @@ ingest writes it at once, where the spooled report arrives only after the sender
 batching, ingest's reports topic and its relay. That copy is best effort (lost with the
 stream); the spooled report is the durable one, so EXECUTED may be written twice.
 
-A command whose handler was running when the process died runs again after the restart
-(it was not marked done), and so do the ones that finished in the last 50 ms before it
-(outcomes are written together): handlers should be idempotent, or check the command id.
+At most once, unless the handler allows more: before a handler is called, the command is
+marked started in the spool (a durable write), and its outcome is written together with
+marking it done as soon as the handler returns. A clean stop lets the running handler
+finish (``command_stop_grace_s``) and writes its outcome before it returns. A command found
+started and not done when the runner starts (the process died, or a handler was cancelled
+at a stop) is not run again: it ends FAILED with reason INTERRUPTED ("it may have run"),
+unless its name is registered idempotent (``idempotent_commands``): then it runs again.
+
+Done commands stay in the table for ``command_retention_s`` (a redelivered id within it is
+recognised), then are deleted.
 """
 
 from __future__ import annotations
@@ -26,8 +33,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 import grpc
 
@@ -44,11 +50,14 @@ from headwater.proto.ingest.v1 import command_messages_pb2 as api
 log = logging.getLogger(__name__)
 #: Commands stored in one transaction at most.
 _STORE_BATCH = 200
-#: Outcomes of commands are written together at least this often (seconds).
-_FINISH_EVERY_S = 0.05
+#: The reason of a command whose handler was interrupted (its outcome is unknown).
+INTERRUPTED = "INTERRUPTED"
 
 #: What a gateway provides: run one command, return its result (bytes, or None).
 CommandHandler = Callable[[Command], Awaitable[bytes | None]]
+#: Which commands may run again after an interruption: all (True), none (False), or the
+#: names given.
+IdempotentCommands = bool | Collection[str]
 
 
 class RejectCommand(HeadwaterError):
@@ -70,6 +79,7 @@ class CommandReceiver:
         handler: CommandHandler,
         wake_sender: Callable[[], None],
         max_unacked: int = 32,
+        idempotent: IdempotentCommands = False,
     ) -> None:
         self._spool = spool
         self._channel = channel
@@ -77,6 +87,7 @@ class CommandReceiver:
         self._handler = handler
         self._wake_sender = wake_sender
         self._max_unacked = max_unacked
+        self._idempotent = idempotent
         self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else ()
         self._work = asyncio.Event()
         self._work.set()  # commands left waiting by the last run
@@ -89,7 +100,17 @@ class CommandReceiver:
         try:
             await self._receive_forever(stop)
         finally:
-            runner.cancel()
+            # A clean stop: the running handler finishes and its outcome is written before
+            # this returns. One still running after the grace (or any, when this is
+            # cancelled rather than stopped) is cancelled: INTERRUPTED at the next start.
+            self._work.set()
+            grace = self._config.command_stop_grace_s if stop.is_set() else 0.0
+            if not (await asyncio.wait({runner}, timeout=grace))[0]:
+                log.warning(
+                    "a command handler did not finish within the stop grace; cancelled",
+                    extra={"grace_s": grace},
+                )
+                runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
 
     # --- receiving --------------------------------------------------------------------
@@ -225,24 +246,65 @@ class CommandReceiver:
     # --- running ----------------------------------------------------------------------
 
     async def _run_commands(self, stop: asyncio.Event) -> None:
+        await self._until_written(self._settle_interrupted, stop)
         while not stop.is_set():
             await self._work.wait()
             self._work.clear()
-            while waiting := await asyncio.to_thread(self._waiting):
-                # Outcomes are written together, every _FINISH_EVERY_S at most: one
-                # transaction per command would be the gateway's limit under load. The
-                # price: after a crash, the commands run since the last write run again.
-                finished: list[tuple[int, NewMessage]] = []
-                since = time.monotonic()
+            while not stop.is_set() and (waiting := await asyncio.to_thread(self._waiting)):
                 for seq, command in waiting:
-                    finished.append((seq, await self._outcome(command)))
-                    if time.monotonic() - since >= _FINISH_EVERY_S:
-                        await self._finish_until_written(finished, stop)
-                        finished, since = [], time.monotonic()
-                if finished:
-                    await self._finish_until_written(finished, stop)
-                if stop.is_set():
-                    return
+                    if stop.is_set():
+                        return
+                    await self._run_one(seq, command, stop)
+
+    async def _run_one(self, seq: int, command: Command, stop: asyncio.Event) -> None:
+        """Mark started, run, write the outcome: the handler runs at most once per start."""
+        if not model.expired(command):
+            started = await self._until_written(
+                lambda: self._spool.execute(
+                    "UPDATE commands SET started_ms = ? WHERE seq = ?", (model.now_ms(), seq)
+                ),
+                stop,
+            )
+            if not started:  # stopping while the spool refuses: not run, still waiting
+                return
+        report = await self._outcome(command)
+        await self._until_written(lambda: self._finish(seq, report), stop)
+
+    def _settle_interrupted(self) -> None:
+        """End the commands found started and not done: INTERRUPTED, or waiting if idempotent.
+
+        Only the previous run leaves such rows (its process died, or its handler was
+        cancelled at a stop): this runs before any handler is called.
+        """
+        rows = self._spool.read(
+            "SELECT seq, envelope FROM commands WHERE done = 0 AND started_ms IS NOT NULL"
+        )
+        reports = []
+        for seq, envelope in rows:
+            command = Command.FromString(bytes(envelope))  # type: ignore[call-overload]
+            again = self._may_run_again(command)
+            log.warning(
+                "a command was interrupted while its handler ran; %s",
+                "running it again (idempotent)" if again else "reporting it FAILED INTERRUPTED",
+                extra={"command_id": command.command_id, "device_id": command.device_id},
+            )
+            if again:
+                self._spool.execute("UPDATE commands SET started_ms = NULL WHERE seq = ?", (seq,))
+                continue
+            status = model.status_of(
+                command,
+                CommandState.COMMAND_STATE_FAILED,
+                reason=f"{INTERRUPTED}: the gateway stopped while the handler ran; the command "
+                "may have run (it is not run again: its handler is not registered idempotent)",
+            )
+            reports.append((int(seq), _report(status)))  # type: ignore[call-overload]
+        for seq, report in reports:
+            self._finish(seq, report)
+
+    def _may_run_again(self, command: Command) -> bool:
+        if isinstance(self._idempotent, bool):
+            return self._idempotent
+        return command.name in self._idempotent
 
     def _waiting(self) -> list[tuple[int, Command]]:
         rows = self._spool.read(
@@ -286,39 +348,39 @@ class CommandReceiver:
             frame.outcomes.statuses.append(status)
             self._frames.put_nowait(frame)
 
-    async def _finish_until_written(
-        self, finished: list[tuple[int, NewMessage]], stop: asyncio.Event
-    ) -> None:
-        """Write outcomes, retrying while the spool refuses; the handlers do not run again.
+    async def _until_written(self, write: Callable[[], object], stop: asyncio.Event) -> bool:
+        """Run a spool write, retrying while the spool refuses; False if stopped first.
 
-        Given up only when stopping: the commands are then not marked done and run again
-        after the restart (at least once).
+        Handlers never run again for a retry: a refused outcome is retried as it is.
         """
         delay = self._config.backoff_initial_s
         while True:
             try:
-                await self._finish(finished)
-                return
+                await asyncio.to_thread(write)
+                return True
             except Exception as exc:  # the spool refused (full, disk error)
                 log.error(
-                    "cannot spool command outcomes; retrying",
+                    "cannot write command state to the spool; retrying",
                     extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
                 )
             await _sleep_or_stop(stop, delay)
             if stop.is_set():
-                return
+                return False
             delay = min(delay * 2, self._config.backoff_max_s)
 
-    async def _finish(self, finished: list[tuple[int, NewMessage]]) -> None:
-        """Mark commands done and spool their reports, in one transaction."""
+    def _finish(self, seq: int, report: NewMessage) -> None:
+        """Mark a command done and spool its report, in one transaction; drop old done ones."""
+        now = model.now_ms()
+        retention_ms = int(self._config.command_retention_s * 1000)
 
         def mark_done(db: sqlite3.Connection) -> list[NewMessage]:
-            db.executemany(
-                "UPDATE commands SET done = 1 WHERE seq = ?", [(s,) for s, _ in finished]
+            db.execute("UPDATE commands SET done = 1, finished_ms = ? WHERE seq = ?", (now, seq))
+            db.execute(
+                "DELETE FROM commands WHERE done = 1 AND finished_ms < ?", (now - retention_ms,)
             )
-            return [report for _, report in finished]
+            return [report]
 
-        await asyncio.to_thread(self._spool.enqueue_if, COMMAND_STATUS, mark_done, len(finished))
+        self._spool.enqueue_if(COMMAND_STATUS, mark_done)
         self._wake_sender()
 
 

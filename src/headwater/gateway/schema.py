@@ -8,9 +8,16 @@
 - ``counters``: what happened, all time (delivered, retried, rejected, dropped_oldest,
   expired, refused);
 - ``commands``: commands received from the cloud, in arrival order (``seq``), one row per
-  (device, command id) so a command delivered twice is kept and run once; ``done`` once
-  its final state is spooled for sending (docs/commands.md).
+  (device, command id) so a command delivered twice is kept and run once; ``started_ms``
+  written (durably) before its handler is called, ``done`` and ``finished_ms`` once its
+  final state is spooled for sending (docs/commands.md); ``command_bytes``: their total
+  size, kept by triggers (it counts in the spool's byte limit).
+
+Columns added after a table was first released are in ``ADDED_COLUMNS``: :func:`upgrade`
+adds them to older files.
 """
+
+import sqlite3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -49,6 +56,8 @@ CREATE TABLE IF NOT EXISTS commands (
     envelope BLOB NOT NULL,
     received_ms INTEGER NOT NULL,
     done INTEGER NOT NULL DEFAULT 0,
+    started_ms INTEGER,
+    finished_ms INTEGER,
     UNIQUE (device_id, command_id)
 );
 CREATE INDEX IF NOT EXISTS commands_waiting ON commands (seq) WHERE done = 0;
@@ -57,3 +66,37 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL
 );
 """
+
+#: (table, column, declaration) of columns newer than their table.
+ADDED_COLUMNS = (
+    ("commands", "started_ms", "INTEGER"),
+    ("commands", "finished_ms", "INTEGER"),
+)
+#: What needs the added columns. Done commands are deleted by age (the retention), found
+#: without walking the rest. The commands' bytes count in the spool's limit: a trigger
+#: keeps their total, so no enqueue has to sum them.
+AFTER_ADDED_COLUMNS = """
+CREATE INDEX IF NOT EXISTS commands_finished ON commands (finished_ms) WHERE done = 1;
+CREATE TABLE IF NOT EXISTS command_bytes (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    total INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO command_bytes (id, total)
+    SELECT 1, COALESCE(SUM(LENGTH(envelope)), 0) FROM commands;
+CREATE TRIGGER IF NOT EXISTS command_bytes_added AFTER INSERT ON commands BEGIN
+    UPDATE command_bytes SET total = total + LENGTH(NEW.envelope) WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS command_bytes_deleted AFTER DELETE ON commands BEGIN
+    UPDATE command_bytes SET total = total - LENGTH(OLD.envelope) WHERE id = 1;
+END;
+"""
+
+
+def upgrade(db: sqlite3.Connection) -> None:
+    """Create the tables, and add the columns an older spool file lacks."""
+    db.executescript(SCHEMA)
+    for table, column, declaration in ADDED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    db.executescript(AFTER_ADDED_COLUMNS)

@@ -33,7 +33,7 @@ from headwater.gateway.records import (
     SpoolLimits,
     SpoolStats,
 )
-from headwater.gateway.schema import SCHEMA
+from headwater.gateway.schema import upgrade
 from headwater.ids import uuid7
 from headwater.proto.device.v1 import device_message_pb2
 
@@ -83,7 +83,7 @@ class Spool:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._synchronous = synchronous
         self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(SCHEMA)
+        upgrade(self._db)
         self._mutex = threading.Lock()
         # Kept in memory so limits and gauges need no scan of the outbox.
         depth, size = self._db.execute(
@@ -177,6 +177,16 @@ class Spool:
             self._insert_all(rows, dropped)
         return Enqueued(spooled, tuple(dropped), expired)
 
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> int:
+        """Run one write statement in its own transaction (for the commands table).
+
+        Durable as the spool is (``synchronous``): the commands runner records here that a
+        handler is about to run. Returns the rows changed.
+        """
+        with self._mutex, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            return int(self._db.execute(sql, params).rowcount)
+
     def read(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         """Run one read-only query on the spool file (for the commands table)."""
         with self._mutex:
@@ -246,7 +256,7 @@ class Spool:
 
     def _insert_all(self, rows: list[tuple[str, str, bytes, int]], dropped: list[str]) -> None:
         """Insert (message_id, endpoint, envelope, enqueued_ms) rows, making room by policy."""
-        limit = self.limits.max_bytes
+        limit = self._outbox_limit(sum(len(row[2]) for row in rows))
         sizes = [len(row[2]) for row in rows]
         total = sum(sizes)
         for size in sizes:
@@ -266,6 +276,35 @@ class Spool:
         )
         self._depth += len(rows)
         self._bytes += total
+
+    def _outbox_limit(self, adding: int) -> int:
+        """The bytes the outbox may hold: the limit less the commands table's.
+
+        Done commands (kept for their retention, to recognise a redelivered id) give way
+        first, oldest finished first; commands waiting to run never do.
+        """
+        (commands,) = self._db.execute("SELECT total FROM command_bytes").fetchone()
+        excess = self._bytes + commands + adding - self.limits.max_bytes
+        if excess > 0 and commands:
+            commands -= self._drop_done_commands(excess)
+        return int(self.limits.max_bytes - commands)
+
+    def _drop_done_commands(self, need: int) -> int:
+        freed, count = 0, 0
+        while freed < need:
+            oldest = self._db.execute(
+                "SELECT seq, LENGTH(envelope) FROM commands WHERE done = 1 "
+                "ORDER BY finished_ms LIMIT 64"
+            ).fetchall()
+            if not oldest:
+                break
+            for seq, size in oldest:
+                if freed >= need:
+                    break
+                self._db.execute("DELETE FROM commands WHERE seq = ?", (seq,))
+                freed, count = freed + size, count + 1
+        self._count("done_commands_dropped", count)
+        return freed
 
     def _expire(self, now: int) -> int:
         if not self.limits.max_age_s:

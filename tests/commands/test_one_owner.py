@@ -1,0 +1,132 @@
+"""Two gateways bound to one device: each command runs on one of them, once, in order.
+
+Both are separate processes whose handlers log each run (the device's own count, not
+status records). The owner is killed (SIGKILL) halfway through; the other takes over
+after the grace period, with the commands never sent to the killed one; the killed one,
+restarted, runs what its spool held (and acknowledges what it was sent: those are never
+given to the other), and the one it was running at the kill is reported INTERRUPTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from headwater.commands import CommandSender
+from headwater.ingest.admission.auth import hash_token
+from tests.support.ingest import TOKENS_YAML
+
+from .support import wait_for_states
+from .test_gateway_restart import start_gateway
+
+pytestmark = pytest.mark.timeout(300)
+GRACE_S = 2.0
+COMMANDS = 1000
+DEVICE = ("acme", "acme-001")
+#: A second gateway of tenant acme bound to the same devices as gw-a (redundant gateways).
+SECOND = {"gw-a": "token-a", "gw-a2": "token-a2"}
+
+
+def runs(log: Path) -> list[tuple[float, str]]:
+    """(time, command id) of each handler run in ``log``."""
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        what, command_id, at = line.split()
+        if what == "start":
+            out.append((float(at), command_id))
+    return out
+
+
+def send_all(topics, ids: list[str], pace_s: float) -> None:
+    with CommandSender(topics.kafka, ["*"], topic_prefix=topics.prefix) as sender:
+        for command_id in ids:
+            sender.send(*DEVICE, "set-setpoint", command_id=command_id)
+            time.sleep(pace_s)
+
+
+async def test_two_gateways_one_device_each_command_runs_once_and_fails_over(
+    command_topics, start_command_ingest, tokens_file, tmp_path
+):
+    tokens_file.write_text(
+        TOKENS_YAML
+        + f"""  - id: gw-a2
+    tenant: acme
+    token_sha256: {hash_token("token-a2")}
+    devices: ["acme-*"]
+"""
+    )
+    ingest = await start_command_ingest(owner_grace_seconds=GRACE_S)
+    assert ingest.commands is not None
+    target = f"127.0.0.1:{ingest.port}"
+    logs = {gw: tmp_path / f"{gw}.log" for gw in SECOND}
+    spools = {gw: tmp_path / f"{gw}.db" for gw in SECOND}
+    procs = {
+        gw: start_gateway(target, spools[gw], logs[gw], "--work", "0.005", token=token)
+        for gw, token in SECOND.items()
+    }
+    ids = [f"o-{i:04d}" for i in range(COMMANDS)]
+    try:
+        deadline = time.monotonic() + 60
+        while ingest.commands.delivery.open_streams < 2:
+            assert time.monotonic() < deadline, "both gateways' command streams"
+            await asyncio.sleep(0.05)
+        sending = asyncio.create_task(asyncio.to_thread(send_all, command_topics, ids, 0.002))
+        # Halfway through, kill the device's owner.
+        while sum(len(runs(log)) for log in logs.values()) < COMMANDS // 2:
+            assert time.monotonic() < deadline + 120 and not sending.done()
+            await asyncio.sleep(0.01)
+        owner = ingest.commands.owners.owner(DEVICE)
+        assert owner in SECOND
+        other = next(gw for gw in SECOND if gw != owner)
+        assert runs(logs[other]) == []  # it never ran any: the owner had them all
+        procs[owner].send_signal(signal.SIGKILL)
+        procs[owner].wait(10)
+        killed_at = time.time()
+        await sending
+        # The other gateway runs the rest, except what was sent to the killed one (it may
+        # be in its spool); then the killed one comes back and runs (or reports
+        # INTERRUPTED) what its spool held, and acknowledges what it was sent.
+        deadline = time.monotonic() + 120
+        while any(e.sent_to != owner for e in ingest.commands.book.waiting(DEVICE)):
+            assert time.monotonic() < deadline, ingest.commands.book.size
+            await asyncio.sleep(0.1)
+        in_doubt = len(ingest.commands.book.waiting(DEVICE))
+        assert ingest.commands.owners.owner(DEVICE) == other
+        restarted_at = time.time()
+        procs[owner] = start_gateway(
+            target, spools[owner], logs[owner], "--work", "0.005", token=SECOND[owner]
+        )
+        histories = await wait_for_states(command_topics, ids, {"EXECUTED", "FAILED"}, within_s=120)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait(10)
+    everything = sorted(runs(logs["gw-a"]) + runs(logs["gw-a2"]))
+    counts = Counter(command_id for _, command_id in everything)
+    assert set(counts) == set(ids)
+    assert [i for i, n in counts.items() if n != 1] == []  # each run exactly once
+    # Order: the runs of the owner before the kill, then the other's, in the order sent;
+    # only what the killed owner held in its spool ran later, after its restart.
+    late = [i for at, i in runs(logs[owner]) if at >= restarted_at]
+    in_time = [i for _, i in everything if i not in late]
+    assert in_time == [i for i in ids if i not in late]
+    # Who ran each command is what `headwater command status` says received it.
+    ran_by = {i: gw for gw in SECOND for _, i in runs(logs[gw])}
+    assert all(histories[i].current.gateway_id == ran_by[i] for i in ids)
+    first_after = min(at for at, _ in runs(logs[other]))
+    failover_s = first_after - killed_at
+    interrupted = [i for i in ids if histories[i].states[-1] == "FAILED"]
+    assert all(histories[i].current.reason.startswith("INTERRUPTED") for i in interrupted)
+    assert len(interrupted) <= 1
+    print(
+        f"\none owner: {COMMANDS} commands, owner {owner} killed after "
+        f"{len(runs(logs[owner])) - len(late)} runs; failover {failover_s:.2f} s "
+        f"(grace {GRACE_S} s); run late by the restarted owner {len(late)}; "
+        f"interrupted {len(interrupted)}; sent to it, unacknowledged at the kill {in_doubt}"
+    )
+    assert failover_s <= GRACE_S + 2.0
