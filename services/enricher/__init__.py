@@ -8,9 +8,6 @@ Laid out by where the code runs:
   operator (``jvm/enricher-state``), the Kafka sink, the listeners (metrics, progress offsets).
 - :mod:`headwater.enricher.executor`: the Python that Spark's Python workers run over Arrow
   batches: decode, normalize (vendor ``formats``, units, the per-message budget).
-- :mod:`headwater.enricher.python_operator`: the per-device keyed state in Python
-  (``HEADWATER_ENRICHER_STATE_OPERATOR=python``), kept selectable for the difference test
-  and the benchmarks until it is removed.
 - :mod:`headwater.enricher.bench`: the enricher's own benchmarks (dev tooling).
 
 ``headwater.enricher.formats`` and ``headwater.enricher.normalize`` stay importable for

@@ -1,4 +1,4 @@
-"""A fixed corpus of raw Kafka records for the difference test (tests/enricher/test_jvm_state.py).
+"""A fixed corpus of raw Kafka records for the JVM operator (tests/enricher/test_jvm_state.py).
 
 The dev fleet's mix (every vendor format, Sparkplug B births then data by alias, alarms,
 duplicates, poison, unknown formats, invalid envelopes, a device without master data) plus the

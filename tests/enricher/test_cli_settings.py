@@ -31,10 +31,8 @@ def test_from_env_reads_every_setting() -> None:
             "HEADWATER_ENRICHER_MAX_ATTEMPTS": "7",
             "HEADWATER_ENRICHER_DEDUP_WINDOW": "2h",
             "HEADWATER_ENRICHER_TOPIC_PREFIX": "dev.",
-            "HEADWATER_ENRICHER_STATE_OPERATOR": "JVM",
         }
     )
-    assert s.state_operator == "jvm"
     assert (s.kafka.bootstrap_servers, s.checkpoint_location, s.starting_offsets) == (
         "k:9092",
         "s3a://b/cp",
@@ -59,7 +57,6 @@ def dataclasses_frozen_error() -> type[Exception]:
         ("HEADWATER_ENRICHER_STARTING_OFFSETS", "newest"),
         ("HEADWATER_ENRICHER_TRIGGER_INTERVAL", "soon"),
         ("HEADWATER_ENRICHER_MAX_ATTEMPTS", "0"),
-        ("HEADWATER_ENRICHER_STATE_OPERATOR", "scala"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

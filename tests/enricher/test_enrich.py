@@ -1,21 +1,20 @@
-"""Enrichment and the keyed device state on small batch frames (no Kafka)."""
+"""Enrichment and the keyed device state (the JVM operator) on small batch frames (no Kafka)."""
 
 from __future__ import annotations
 
-import json
-import uuid
-
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.testing import assertDataFrameEqual
 
+from headwater.enricher.driver import jvm_state
+from headwater.enricher.driver.policy import Policy
 from headwater.enricher.driver.settings import EnricherTopics
-from headwater.enricher.executor.decode import key_columns
-from headwater.enricher.executor.timestamps import ms_of, set_ms
-from headwater.enricher.python_operator.enrich import EVENT_ID_NAMESPACE, build_events, event_id
-from headwater.enricher.python_operator.state import Policy, process_devices
+from headwater.enricher.executor.timestamps import ms_of
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
 from headwater.proto.master.v1 import device_master_pb2
+from tests.support.event_ids import event_id
 from tests.support.kafkatools import ACME, ALARM, Msg, acme, envelope, ingest_headers
 
 RAW = (
@@ -25,50 +24,28 @@ RAW = (
 T = EnricherTopics.with_prefix("u.")
 
 
-def test_event_id_is_stable_uuid5() -> None:
-    assert event_id("t", "d", "m1", 0) == event_id("t", "d", "m1", 0)
-    assert event_id("t", "d", "m1", 0) != event_id("t", "d", "m1", 1)
-    assert event_id("t", "d", "m1", 0)[14] == "5"  # version nibble
+def _jvm_event_id(spark, tenant: str, device: str, message: str, index: int) -> str:
+    ids = spark.sparkContext._jvm.io.headwater.enricher.state.EventIds
+    return ids.of(tenant, device, message, index)
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize(
     "parts",
-    [("t", "d", "m1", 0), ("", "dev-1", "", 7), ("té", 'd"q\\', "m\u2028\U0001f600", 2**40)],
+    [("t", "d", "m1", 0), ("", "dev-1", "", 7), ("té", 'd"q\\', "m\u2028\U0001f600", 2**30)],
 )
-def test_event_id_is_exactly_uuid5_of_the_json_name(parts: tuple[str, str, str, int]) -> None:
+def test_the_operators_event_id_is_exactly_uuid5_of_the_json_name(spark, parts) -> None:
     # Ids must not change across versions: replays and consumers' dedup rely on them.
-    name = json.dumps(list(parts), separators=(",", ":"))
-    assert event_id(*parts) == str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
+    assert _jvm_event_id(spark, *parts) == event_id(*parts)
 
 
-def test_event_id_is_scoped_by_tenant_and_device() -> None:
-    # Message ids are unique per tenant and device only: counters are fine.
-    ids = {event_id(t, d, "1", 0) for t in ("ta", "tb") for d in ("d1", "d2")}
-    assert len(ids) == 4
-    # Parts cannot be shifted into one another to forge a collision.
-    assert event_id("a/b", "c", "m", 0) != event_id("a", "b/c", "m", 0)
-
-
-def test_build_events_copies_master_data_and_alarm() -> None:
-    msg = {
-        "message_id": "m9",
-        "device_id": "d",
-        "event_type": "alarm",
-        "tenant": "t",
-        "gateway_id": "g",
-        "sequence": 3,
-        "source_format": "acme.alarm.v1+json",
-        "device_time_ms": 5000,
-        "received_ms": 6000,
-        "measurements": [],
-        "alarm_code": "E42",
-        "alarm_severity": 3,
-        "alarm_text": "hot",
-    }
-    (ev,) = build_events(msg, {"site": "plant-1", "area_code": "A7"})
-    assert (ev.site, ev.area_code, ev.alarm.code, ev.alarm.severity) == ("plant-1", "A7", "E42", 3)
-    assert ev.device_time.ToMilliseconds() == 5000
-    assert ev.event_id == event_id("t", "d", "m9", 0)
+@pytest.mark.spark
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12), st.text(max_size=12), st.text(max_size=12), st.integers(0, 2**31 - 1))
+def test_any_parts_give_the_defined_event_id(spark, tenant, device, message, index) -> None:
+    assert _jvm_event_id(spark, tenant, device, message, index) == event_id(
+        tenant, device, message, index
+    )
 
 
 def _master(device: str, offset: int) -> tuple:
@@ -95,7 +72,7 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
         _ingest(Msg("m3", "dev-2", ACME, acme(1, 2)), 2),  # no master data: parked
     ]
     raw = spark.createDataFrame(rows, RAW)
-    out = process_devices(key_columns(raw, T.master), Policy(T, 3, 1000, 10_000, 60_000))
+    out = jvm_state.process_devices(raw, Policy(T, 3, 1000, 10_000, 60_000))
     out = out.cache()
     got = out.select("topic", "role", "label", "event_id")
     expected = spark.createDataFrame(
@@ -122,6 +99,12 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
         ("m1", "plant-1", "A1", "acme-tenant"),
         ("m2", "plant-1", "A1", "acme-tenant"),
     }
+    (alarm,) = [e for e in events if e.message_id == "m2"]
+    assert (alarm.alarm.code, alarm.alarm.severity, alarm.sequence) == ("E42", 2, 3)
+    assert (alarm.device_time.ToMilliseconds(), alarm.received_time.ToMilliseconds()) == (
+        11_000,
+        1000,
+    )
     (snap_row,) = out.where("role = 'state'").collect()
     snap = device_state_pb2.DeviceState.FromString(snap_row.value)
     assert (snap.device_id, snap.message_count, snap.last_sequence, snap.gaps_detected) == (
@@ -140,9 +123,6 @@ def test_enrichment_dedupe_and_parking_on_a_batch_frame(spark) -> None:
 
 @pytest.mark.parametrize("ms", [0, 1, -1, -1001, 999, 1_700_000_000_123, -62_135_596_800_000])
 def test_timestamps_match_the_protobuf_library(ms: int) -> None:
-    expected = Timestamp()
-    expected.FromMilliseconds(ms)
-    written = Timestamp()
-    set_ms(written, ms)
-    assert written == expected
-    assert ms_of(written) == expected.ToMilliseconds()
+    ts = Timestamp()
+    ts.FromMilliseconds(ms)
+    assert ms_of(ts) == ts.ToMilliseconds()

@@ -42,7 +42,7 @@ def test_a_checkpoint_of_another_state_layout_is_explained() -> None:
         "state value schema.\nPlease check number and type of fields.\n=== Streaming Query ==="
     )
     text = explain_failure(spark)
-    assert "HEADWATER_ENRICHER_STATE_OPERATOR" in text
+    assert "HEADWATER_ENRICHER_CHECKPOINT_LOCATION" in text
     assert "Upgrading: the state format changed" in text
     assert text.endswith("state value schema.")
 
@@ -58,4 +58,4 @@ def test_a_checkpoint_of_another_stateful_operator_is_explained() -> None:
     )
     text = explain_failure(spark)
     assert text.startswith("the checkpoint holds state in another layout"), text
-    assert "HEADWATER_ENRICHER_STATE_OPERATOR" in text
+    assert "HEADWATER_ENRICHER_CHECKPOINT_LOCATION" in text

@@ -29,7 +29,6 @@ from tests.support.kafkatools import (
     ingest,
     make_topics,
     master,
-    operator_under_test,
     outcome,
     start_enricher,
 )
@@ -104,7 +103,6 @@ def test_checkpoint_beyond_the_log_fails_loudly(spark, tmp_path: Path) -> None:
             trigger_interval_seconds=0.2,
             topics=topics,
             kafka=KafkaSettings(bootstrap_servers=bs),
-            state_operator=operator_under_test(),
         )
         q = job.start(spark, s, str(tmp_path / "stats.jsonl"))
         reader = TopicReader(bs, topics.completions)

@@ -12,9 +12,8 @@ import json
 
 import pytest
 
-from headwater.enricher.executor.formats.base import NormalizeError
+from headwater.enricher.executor.arrow_hop import with_units
 from headwater.enricher.executor.normalize import normalize_message
-from headwater.enricher.python_operator.births import Definitions, apply_to_row
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH
 from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA, SPB
 from tests.support.payloads import opcua_network as _network
@@ -113,67 +112,96 @@ def test_existing_formats_still_normalize() -> None:
     assert normalize_message(ALARM, b'{"code": "E1", "severity": "WARNING"}')["alarm_severity"] == 2
 
 
-def _resolve(content_type: str, payload: bytes, defs: Definitions) -> list[dict[str, object]]:
+# Sparkplug B: the hop normalizes a message to its definitions and its readings (by name or
+# by alias, with the units' conversions); the JVM operator keeps a device's definitions and
+# resolves the readings against them (its SparkplugTest; end to end in
+# test_formats_pipeline.py).
+
+
+def _hop(content_type: str, payload: bytes) -> dict[str, object]:
     row = normalize_message(content_type, payload)
     assert not row.get("error_reason"), row
-    return apply_to_row(row, defs)["measurements"]
+    return with_units(row)
 
 
-def test_sparkplug_birth_defines_metrics_and_is_measured() -> None:
-    defs = Definitions()
-    got = _resolve(DBIRTH, BIRTH, defs)
-    t = 1_700_000_000_000
-    assert got == [
-        {"name": "Temp", "value": 21.5, "unit": "celsius", "time_ms": t},
-        {"name": "Pressure", "value": 101325.0, "unit": "pascal", "time_ms": t},
-        {"name": "Offset", "value": -2.0, "unit": "", "time_ms": t},
-        {"name": "Running", "value": 1.0, "unit": "", "time_ms": t},
-        {"name": "Counter", "value": -5.0, "unit": "", "time_ms": t},
+def _readings(row: dict[str, object]) -> list[tuple[object, ...]]:
+    pending = row["pending"]
+    assert isinstance(pending, list)
+    return [
+        (p["alias"], p["name"], p["value"], p["unit"], p["time_ms"], p["datatype"]) for p in pending
     ]
-    assert defs.names == {
-        i: n
-        for i, n in enumerate(
-            ["Temp", "Pressure", "Offset", "Running", "Serial", "Counter", "Spare", "Started"], 1
+
+
+def test_sparkplug_birth_defines_metrics_and_states_its_readings() -> None:
+    row = _hop(DBIRTH, BIRTH)
+    t = 1_700_000_000_000
+    assert row["replaces_definitions"] is True
+    definitions = row["definitions"]
+    assert isinstance(definitions, list)
+    assert [(d["alias"], d["name"], d["datatype"]) for d in definitions] == [
+        (i, n, dt)
+        for i, (n, dt) in enumerate(
+            [
+                ("Temp", 9),
+                ("Pressure", 10),
+                ("Offset", 2),
+                ("Running", 11),
+                ("Serial", 12),
+                ("Counter", 4),
+                ("Spare", 10),
+                ("Started", 13),
+            ],
+            1,
         )
-    }
+    ]
+    # Typed readings are read here (two's complement, booleans); strings, nulls and
+    # DateTimes are no measurements.
+    assert _readings(row) == [
+        (1, "Temp", 70.7, "°F", t, 9),
+        (2, "Pressure", 1013.25, "hPa", t, 10),
+        (3, "Offset", -2.0, "", t, 2),
+        (4, "Running", 1.0, "", t, 11),
+        (6, "Counter", -5.0, "", t, 4),
+    ]
+    assert row["units"] == [
+        {"spelling": "hPa", "canonical": "pascal", "scale": 100.0, "offset": 0.0, "error": ""},
+        {
+            "spelling": "°F",
+            "canonical": "celsius",
+            "scale": 0.5555555555555429,
+            "offset": -17.777777777777743,
+            "error": "",
+        },
+    ]
 
 
-def test_sparkplug_data_by_alias_takes_name_type_and_unit_from_the_birth() -> None:
-    defs = Definitions()
-    _resolve(DBIRTH, BIRTH, defs)
+def test_sparkplug_data_by_alias_leaves_name_type_and_unit_to_the_birth() -> None:
     data = _payload(
         _metric(alias=1, ts=1_700_000_005_000, float_value=212.0),  # per-metric timestamp
-        _metric(alias=3, int_value=0xFFFF),  # no datatype: Int16 from the birth -> -1
-        _metric(alias=8, long_value=1_700_000_000_000),  # DateTime: not a measurement
-        _metric(alias=2, is_null=True),  # null: no measurement
+        _metric(alias=3, int_value=0xFFFF),  # no datatype: the birth's Int16 reads it
+        _metric(alias=8, long_value=1_700_000_000_000),  # the birth's DateTime drops it
+        _metric(alias=2, is_null=True),  # null: no reading
         ts=1_700_000_001_000,
     )
-    assert _resolve(DDATA, data, defs) == [
-        {"name": "Temp", "value": 100.0, "unit": "celsius", "time_ms": 1_700_000_005_000},
-        {"name": "Offset", "value": -1.0, "unit": "", "time_ms": 1_700_000_001_000},
+    row = _hop(DDATA, data)
+    assert row["replaces_definitions"] is False
+    assert _readings(row) == [
+        (1, "", 212.0, "", 1_700_000_005_000, 0),
+        (3, "", 65535.0, "", 1_700_000_001_000, 0),
+        (8, "", 1_700_000_000_000.0, "", 1_700_000_001_000, 0),
     ]
+    assert row["units"] == []
 
 
-def test_sparkplug_unknown_alias_is_a_dead_letter_naming_it() -> None:
-    row = normalize_message(DDATA, _payload(_metric(alias=9, double_value=1.0)))
-    with pytest.raises(NormalizeError, match="metric alias 9 is not defined by a birth"):
-        apply_to_row(row, Definitions())
-
-
-def test_sparkplug_rebirth_replaces_the_aliases() -> None:
-    defs = Definitions()
-    _resolve(DBIRTH, BIRTH, defs)
-    _resolve(
-        DBIRTH, _payload(_metric("Flow", alias=1, datatype=10, unit="l/min", double_value=6)), defs
-    )
-    assert defs.names == {1: "Flow"}
-    assert _resolve(DDATA, _payload(_metric(alias=1, double_value=60.0)), defs)[0]["value"] == 0.001
-
-
-def test_sparkplug_definitions_survive_the_state_round_trip() -> None:
-    defs = Definitions()
-    _resolve(DBIRTH, BIRTH, defs)
-    assert Definitions.from_json(defs.to_json()) == defs
+def test_sparkplug_rebirth_replaces_the_definitions_with_its_units() -> None:
+    rebirth = _payload(_metric("Flow", alias=1, datatype=10, unit="l/min", double_value=6))
+    row = _hop(DBIRTH, rebirth)
+    assert row["replaces_definitions"] is True
+    units = row["units"]
+    assert isinstance(units, list)
+    (flow,) = units
+    assert flow["canonical"] == "cubic_meter_per_second"
+    assert round(60.0 * flow["scale"] + flow["offset"], 12) == 0.001  # 60 l/min in m³/s
 
 
 @pytest.mark.parametrize(
@@ -190,9 +218,11 @@ def test_sparkplug_definitions_survive_the_state_round_trip() -> None:
 )
 def test_sparkplug_bad_payloads(content_type: str, payload: bytes, reason, says) -> None:
     out = normalize_message(content_type, payload)
-    if reason is None:  # the unit is only converted when the reading is resolved
-        with pytest.raises(NormalizeError, match="unknown unit 'wibbles'"):
-            apply_to_row(out, Definitions())
+    if reason is None:  # the JVM operator dead-letters the reading as it resolves it
+        assert "error_reason" not in out
+        (unit,) = with_units(out)["units"]
+        assert unit["spelling"] == "wibbles"
+        assert unit["error"] == "unknown unit 'wibbles'"
         return
     assert out["error_reason"] == reason
     assert says in out["error_message"]

@@ -7,7 +7,12 @@ import json
 import pytest
 
 from headwater import record_headers as rh
-from headwater.enricher.executor.decode import decode_record, decode_row, key_columns
+from headwater.enricher.executor.decode import (
+    decode_for_key,
+    decode_record,
+    key_columns,
+    normalizable,
+)
 from headwater.enricher.executor.normalize import REGISTRY, normalize_batch, normalize_message
 from headwater.enricher.executor.schema import KEYED, field_names
 from headwater.topics import split_scoped_key
@@ -134,7 +139,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         (b"dev-8", b"\x0a\xff", "in", 1, 3, None, 0, [(rh.TENANT, None)]),  # no value
     ]
     keyed_df = key_columns(_raw(spark, rows), "master")
-    assert keyed_df.columns == field_names(KEYED)  # the order decode_row unpacks
+    assert keyed_df.columns == field_names(KEYED)  # the columns the JVM operator reads
     keyed = keyed_df.collect()
     # The JVM splits master keys as split_scoped_key does, and decodes text as Python.
     assert [(r.tenant, r.device_key) for r in keyed] == [
@@ -148,7 +153,10 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         ("", ""),
         ("", "dev-8"),
     ]
-    got = [decode_row(r, "master") for r in keyed[:3] + keyed[4:5]]
+    from headwater.enricher.driver.jvm_state import decode
+
+    hopped = decode(keyed_df, "master").collect()
+    got = [r.asDict(recursive=True) for r in hopped[:3] + hopped[4:5]]
     assert [(m["src_offset"], m["message_id"], m["sequence"]) for m in got] == [
         (0, "m1", 7),
         (1, "m2", 1),
@@ -172,7 +180,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
 def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     import random
 
-    from headwater.enricher.python_operator.births import Definitions, apply_to_row
+    from headwater.enricher.executor.arrow_hop import with_units
     from headwater_dev.devstack import vendors
     from headwater_dev.devstack.fleet import build_fleet
 
@@ -180,16 +188,25 @@ def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     spoken = {d.content_type for gw in fleet for d in gw.devices}
     assert set(vendors.TELEMETRY_FORMATS) <= spoken
     r = vendors.random_reading(random.Random(2))
-    defs = Definitions()
-    birth = normalize_message(vendors.SPARKPLUG_BIRTH, vendors.sparkplug_payload(r, birth=True))
-    apply_to_row(birth, defs)
-    data = normalize_message(vendors.SPARKPLUG_DATA, vendors.sparkplug_payload(r, birth=False))
-    got = {m["name"]: m["value"] for m in apply_to_row(data, defs)["measurements"]}
+    # Sparkplug B: the birth names the aliases and states its readings with their units'
+    # conversions; the data sends the same aliases (the JVM operator resolves them).
+    birth = with_units(
+        normalize_message(vendors.SPARKPLUG_BIRTH, vendors.sparkplug_payload(r, birth=True))
+    )
+    convert = {u["spelling"]: u for u in birth["units"]}
+    got = {
+        p["name"]: round(p["value"] * convert[p["unit"]]["scale"] + convert[p["unit"]]["offset"], 9)
+        for p in birth["pending"]
+    }
     assert got == {
         "Process/Temperature": r.temperature_c,
         "Process/Pressure": r.pressure_pa,
         "Supply/Voltage": r.voltage_v,
     }
+    data = normalize_message(vendors.SPARKPLUG_DATA, vendors.sparkplug_payload(r, birth=False))
+    names = {d["alias"]: d["name"] for d in birth["definitions"]}
+    assert [names[p["alias"]] for p in data["pending"]] == list(got)
+    assert [p["value"] for p in data["pending"]] == [p["value"] for p in birth["pending"]]
     opc = normalize_message(vendors.OPCUA_PUBSUB, vendors.opcua_payload(r))
     assert [m["value"] for m in opc["measurements"]] == [
         r.temperature_c,
@@ -199,8 +216,8 @@ def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
 
 
 def test_a_batch_normalizes_each_message_as_it_would_alone() -> None:
-    # Grouped by media type inside, in the batch's order outside: the corpus of the
-    # difference test, shuffled so that formats interleave, plus bad media types.
+    # Grouped by media type inside, in the batch's order outside: the recorded corpus,
+    # shuffled so that formats interleave, plus bad media types.
     import random
 
     from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
@@ -218,6 +235,15 @@ def test_a_batch_normalizes_each_message_as_it_would_alone() -> None:
     random.Random(5).shuffle(pairs)
     assert len({ct for ct, _ in pairs}) >= 8
     assert normalize_batch(pairs) == [normalize_message(ct, p) for ct, p in pairs]
+
+
+def _alone(row: tuple) -> dict:
+    """Return one keyed row decoded with all its headers and normalized on its own."""
+    _tenant, key, topic, _partition, _offset, value, headers = row
+    msg = decode_for_key(topic, key, value, headers, "master")
+    if normalizable(msg):
+        msg |= normalize_message(msg["content_type"], msg["payload"])
+    return msg
 
 
 @pytest.mark.spark
@@ -243,8 +269,8 @@ def test_the_hop_decodes_as_one_row_would_and_leaves_the_keyed_columns_alone(spa
         got = got.asDict(recursive=True)
         headers = [(h["key"], h["value"]) for h in got["headers"]] if got["headers"] else None
         assert [got[n] for n in names[:-1]] + [headers] == [*row[:-1], row[-1] or None]
-        want = decode_row(row, "master")
+        want = _alone(row)
         hop = {n: got[n] for n in field_names(HOP) if n != "units"}
-        assert hop == {n: want[n] for n in hop}
+        assert hop == {n: want.get(n) for n in hop}
     assert out[1]["gateway_id"] == "gw-last" and out[1]["received_ms"] == 0
     assert out[5]["error_reason"] == "ENVELOPE_INVALID"

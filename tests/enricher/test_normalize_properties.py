@@ -6,7 +6,6 @@ range. ``NORMALIZER_FAILED`` (an exception other than NormalizeError) counts as 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
@@ -14,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.executor.formats import REGISTRY, NormalizeError
+from headwater.enricher.executor.arrow_hop import with_units
+from headwater.enricher.executor.formats import REGISTRY
 from headwater.enricher.executor.normalize import normalize_message
-from headwater.enricher.python_operator.births import Definitions, apply_to_row
 from tests.support.strategies import payloads
 
 FORMATS = sorted(REGISTRY)
@@ -53,9 +52,9 @@ def test_any_bytes_end_in_clean_columns_or_a_reason(
     _assert_clean(out["measurements"])
     for p in out.get("pending") or []:
         assert math.isfinite(p["value"]) and (p["name"] or p["alias"] is not None)
-    # Resolution in the keyed state: the same guarantees, errors as NormalizeError.
-    with contextlib.suppress(NormalizeError):
-        _assert_clean(apply_to_row(out, Definitions())["measurements"])
+    # What the JVM operator resolves readings with: each unit's conversion, finite, or why not.
+    for u in with_units(out).get("units") or []:
+        assert u["error"] or (math.isfinite(u["scale"]) and math.isfinite(u["offset"])), u
 
 
 def test_the_property_covers_every_registered_format() -> None:

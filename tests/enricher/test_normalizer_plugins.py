@@ -91,9 +91,11 @@ def test_the_cli_loads_the_entry_point_in_a_fresh_process(installed: Path, tmp_p
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    event = json.loads(done.stdout)["events"][0]
-    assert event["measurements"] == [{"name": "power", "value": 2000.0, "unit": "watt"}]
-    assert event["source_format"] == "example.meter.v1+json"
+    row = json.loads(done.stdout)["normalized"]
+    assert row["measurements"] == [
+        {"name": "power", "value": 2000.0, "unit": "watt", "time_ms": None}
+    ]
+    assert row["source_format"] == "example.meter.v1+json"
 
 
 def test_the_documented_plugin_import_paths_are_the_executor_modules() -> None:

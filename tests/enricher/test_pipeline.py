@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from headwater.enricher.python_operator.enrich import event_id
 from headwater.proto.events.v1 import (
     dead_letter_pb2,
     device_state_pb2,
@@ -15,6 +14,7 @@ from headwater.proto.events.v1 import (
     parked_message_pb2,
 )
 from tests.support.enricher import alive, settings_for
+from tests.support.event_ids import event_id
 from tests.support.kafkatools import (
     ACME,
     ALARM,

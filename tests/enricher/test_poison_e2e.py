@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from headwater.enricher.driver import job
-from headwater.enricher.python_operator.enrich import event_id
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import dead_letter_pb2, device_state_pb2, event_pb2
 from tests.support.enricher import alive, settings_for
+from tests.support.event_ids import event_id
 from tests.support.kafkatools import (
     ACME,
     ALARM,

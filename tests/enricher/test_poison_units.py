@@ -1,7 +1,8 @@
 """Poison-proof steps, as pure units, and a property test over what ingest accepts.
 
-The property test runs every message ingest's validation accepts through decode,
-normalize, the snapshot, event building, routing and Arrow encoding: none may raise.
+The property test runs every message ingest's validation accepts through the Python hop
+(decode, normalize, unit conversions) and its Arrow encoding: none may raise. What the JVM
+operator does with the hop's rows is tested by its JUnit tests and the guarantee tests.
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater import record_headers as rh
 from headwater.enricher.driver.settings import EnricherTopics
-from headwater.enricher.executor.decode import decode_record, decode_row
+from headwater.enricher.executor.arrow_hop import HEADERS, HOP, hop_rows
+from headwater.enricher.executor.arrowsafe import sanitize
+from headwater.enricher.executor.decode import decode_record
 from headwater.enricher.executor.normalize import normalize_message
-from headwater.enricher.python_operator import route
-from headwater.enricher.python_operator.enrich import build_events
-from headwater.enricher.python_operator.state import DeviceValue, _failure, _Snapshot
 from headwater.ingest.write.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
-from headwater.proto.events.v1 import dead_letter_pb2
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers
 
 T = EnricherTopics.with_prefix("u.")
@@ -89,43 +87,15 @@ def test_lone_surrogates_are_an_encode_error_not_an_exception(
 
 
 def test_error_texts_that_quote_bad_input_are_sanitized() -> None:
-    # An exception text may quote a lone surrogate, which protobuf refuses to encode:
-    # the dead letter of that message would then fail the task instead.
-    why = _failure("state", "STATE_FAILED", ValueError("bad key '\ud800'"))
-    why["error_message"].encode("utf-8")  # raises if a surrogate survived
-    msg = _decode(b"\x0a\xff") | {"src_topic": "t", "src_partition": 0, "src_offset": 1}
-    msg |= {"value": b"\x0a\xff", "headers": []}
-    dl = route.dead_letter(T, msg, 1000, **why)
-    assert "bad key" in dead_letter_pb2.DeadLetter.FromString(dl["value"]).error_message
-
-
-def _enriched(names: list[str]) -> dict[str, Any]:
-    ms = [{"name": n, "value": 1.0, "unit": "celsius"} for n in names]
-    return {
-        "tenant": "t",
-        "sequence": 1,
-        "device_time_ms": 1,
-        "message_id": "m",
-        "measurements": ms,
-    }
-
-
-def test_snapshot_keeps_at_most_the_cap_and_counts_the_rest() -> None:
-    snap = _Snapshot(None, "t", "d", max_latest=3)
-    snap.record(_enriched(["a", "b", "c", "d", "e"]))
-    snap.record(_enriched(["a", "x" * 200]))  # kept names update; new ones are dropped
-    state = snap.proto(0)
-    assert [v.name for v in state.latest_values] == ["a", "b", "c"]
-    assert state.latest_values_dropped == 3
-    # The dropped count survives the round trip through the state value.
-    again = _Snapshot(snap.value(), "t", "d", max_latest=3)
-    assert again.proto(0).latest_values_dropped == 3
-
-
-def test_snapshot_tenant_comes_from_the_key_not_the_message() -> None:
-    snap = _Snapshot((0, 0, 0, 0, "", "{}", 0), "t", "d")
-    snap.record(_enriched(["a"]) | {"tenant": "intruder"})
-    assert snap.proto(0).tenant == "t"
+    # An exception text may quote a lone surrogate, which Arrow and protobuf refuse to
+    # encode: the dead letter of that message would then fail the task instead. Decode and
+    # normalize put every exception text through sanitize.
+    text = sanitize(str(ValueError("bad key '\ud800'")))
+    text.encode("utf-8")  # raises if a surrogate survived
+    assert text.startswith("bad key '")
+    out = _decode(b"\x0a\xff")
+    assert out["error_reason"] == "ENVELOPE_UNDECODABLE"
+    out["error_message"].encode("utf-8")
 
 
 # --- property: whatever ingest accepts, the steps never raise -------------------------
@@ -175,30 +145,28 @@ def device_messages(draw: Any) -> device_message_pb2.DeviceMessage:
     return dm
 
 
+def _hop_schema() -> pa.Schema:
+    # ``HOP`` as Spark's Arrow conversion types it (PySpark parses DDL in the JVM).
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    hop = StructType.fromDDL(HOP)
+    assert isinstance(hop, StructType)
+    return to_arrow_schema(hop)
+
+
+@pytest.mark.spark
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(device_messages(), st.sampled_from(["", "acme", "t/x"]))
+@given(device_messages())
 def test_any_message_ingest_accepts_goes_through_every_step(
-    dm: device_message_pb2.DeviceMessage, tenant: str
+    spark: Any, dm: device_message_pb2.DeviceMessage
 ) -> None:
     if VALIDATOR.violations(dm):
         return  # ingest refuses it: never written
-    headers = [
-        {"key": k, "value": v} for k, v in ingest_headers(Msg(dm.message_id, "d", ACME, b""))
-    ]
-    headers = [h if h["key"] != rh.TENANT else {**h, "value": tenant.encode()} for h in headers]
+    found = dict(ingest_headers(Msg(dm.message_id, "d", ACME, b"")))  # as Spark SQL picks them
     value = dm.SerializeToString()
-    keyed = (tenant, dm.device_id, T.ingest[0], 0, 7, value, headers)
-    row = decode_row(keyed, T.master)  # decode and normalize, as in the keyed state
+    columns = [pa.array([T.ingest[0]]), pa.array([dm.device_id]), pa.array([value])]
+    columns += [pa.array([found.get(h)], pa.binary()) for h in HEADERS]
+    (row,) = hop_rows(columns, T.master)  # decode and normalize, as in the hop
     assert row["error_stage"] != "decode", row  # ingest-valid envelopes always decode
-    if row.get("error_reason"):
-        route.dead_letter(T, row, 1000)
-        return
-    evs = build_events(row, {"site": "s", "area_code": "a"})
-    records = [*route.events(T, row, evs), route.completion(T, row, 1, 1000)]
-    dev = DeviceValue.of(None, row["tenant"], row["device_key"], 100)
-    dev.snapshot.record(row)
-    records.append(route.device_state(T, dev.snapshot.proto(1000)))
-    DeviceValue.of(dev.value(), row["tenant"], row["device_key"], 100)  # reads back
-    names = ["topic", "key", "value", "role", "label", "ref", "event_id"]
-    schema = pa.schema([(n, pa.binary() if n in ("key", "value") else pa.string()) for n in names])
-    pa.RecordBatch.from_pylist([{n: r[n] for n in names} for r in records], schema=schema)
+    pa.RecordBatch.from_pylist([row], schema=_hop_schema()).to_struct_array()

@@ -32,7 +32,6 @@ from tests.support.kafkatools import (
     ingest,
     make_topics,
     master,
-    operator_under_test,
     outcome,
 )
 
@@ -60,7 +59,6 @@ def test_retention_under_a_stopped_enricher_fails_loudly_and_set_start_recovers(
         trigger_interval_seconds=0.2,
         topics=topics,
         kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
-        state_operator=operator_under_test(),
     )
     reader = TopicReader(kafka_bootstrap, topics.completions)
     first = [Msg(f"r{i}", "dev-1", ACME, acme(i, i), i + 1) for i in range(5)]

@@ -25,7 +25,6 @@ from tests.support.kafkatools import (
     ingest,
     make_topics,
     master,
-    operator_under_test,
     outcome,
 )
 
@@ -45,7 +44,6 @@ def test_latest_skips_the_ingest_backlog_but_reads_all_master_data(
         trigger_interval_seconds=0.2,
         topics=topics,
         kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
-        state_operator=operator_under_test(),
     )
     query = job.start(spark, settings, str(tmp_path / "stats.jsonl"))
     reader = TopicReader(kafka_bootstrap, topics.completions)

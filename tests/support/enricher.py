@@ -12,7 +12,6 @@ from typing import Any
 
 from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.settings import KafkaSettings
-from tests.support.kafkatools import operator_under_test
 
 
 def settings_for(
@@ -28,8 +27,6 @@ def settings_for(
         topics=topics,
         # The embedded broker supports confluent-kafka's idempotent producer.
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
-        # The guarantee tests run against either state operator (kafkatools).
-        state_operator=operator_under_test(),
     )
     return dataclasses.replace(base, **kw)
 

@@ -34,17 +34,6 @@ ALARM = "application/vnd.acme.alarm.v1+json"
 TENANT = "acme-tenant"
 
 
-def operator_under_test() -> str:
-    """Return the state operator the enricher tests run: the environment's, else the default.
-
-    ``HEADWATER_ENRICHER_STATE_OPERATOR=jvm pytest tests/enricher`` runs every guarantee test
-    against the JVM operator; processes the tests start inherit the variable.
-    """
-    from headwater.enricher.driver.settings import EnricherSettings
-
-    return os.environ.get("HEADWATER_ENRICHER_STATE_OPERATOR", EnricherSettings.state_operator)
-
-
 def make_topics(bootstrap: str, partitions: int = 2) -> EnricherTopics:
     """Create a fresh, uniquely prefixed set of enricher topics."""
     topics = EnricherTopics.with_prefix(f"t{uuid.uuid4().hex[:10]}.")

@@ -20,8 +20,7 @@ checkpoint (``local[2]`` unless ``--spark-master``):
 
 Each measured phase prints the milliseconds the driver JVM's JIT spent compiling in it
 (``jit_ms_*``): never 0, Spark plans and generates code for every batch, but a hot phase
-shows as seconds of it. The queries, in one run: the enricher (its state
-operator from ``--operator``, ``jvm`` by default), then its floors (``--floors``,
+shows as seconds of it. The queries, in one run: the enricher, then its floors (``--floors``,
 ``bench/floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
 ``floor-jvm-hop``, the same behind the enricher's Python hop doing no work (what the
 design's hop costs before any decoding of ours); ``floor-jvm-decode`` (when asked for), the
@@ -57,7 +56,6 @@ from headwater import record_headers as rh
 from headwater.enricher.bench import cpu as bench_cpu
 from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
-from headwater.enricher.python_operator import profile
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
@@ -221,7 +219,6 @@ def bench_fleet(
     seconds: int,
     query_kind: str = "enricher",
     floor_buckets: int = 0,
-    operator: str = "python",
     warmup: float = 0.0,
     trigger_seconds: float = 0.5,
     batch_records: int = EnricherSettings.max_records_per_trigger,
@@ -242,17 +239,14 @@ def bench_fleet(
     _masters(bootstrap, topics.master, devices)
     run = uuid.uuid4().hex[:6]
 
-    profile_dir = tempfile.mkdtemp(prefix="bench-profile-")
-    stats_path = os.path.join(profile_dir, "sink-stats.jsonl")
+    stats_path = os.path.join(tempfile.mkdtemp(prefix="bench-stats-"), "sink-stats.jsonl")
     settings = EnricherSettings(
         checkpoint_location=tempfile.mkdtemp(prefix="bench-cp-"),
-        profile_dir=profile_dir,
         starting_offsets="earliest",
         max_records_per_trigger=batch_records,
         trigger_interval_seconds=trigger_seconds,
         topics=topics,
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
-        state_operator=operator,
     )
     transform = _transform(query_kind, floor_buckets)
     watch = CompletionWatch(bootstrap, topics.completions)
@@ -320,7 +314,6 @@ def bench_fleet(
     return {
         "query": query_kind
         + (f" ({floor_buckets} buckets)" if query_kind == "floor-python" and floor_buckets else ""),
-        "operator": operator if query_kind == "enricher" else "",
         "devices": devices,
         "backlog_messages": n,
         "batch_records": batch_records,
@@ -348,10 +341,10 @@ def bench_fleet(
         "cpu_offered": cpu_offered,
         "cpu_drain": cpu_drain,
         "profile_drain": batch_profile(
-            drain_progress, profile_dir, stats_path, drain_start_ms, drain_end_ms + 1
+            drain_progress, stats_path, drain_start_ms, drain_end_ms + 1
         ),
         "profile_offered": batch_profile(
-            offered_progress, profile_dir, stats_path, watch.measure_after_ms, offered_end_ms + 1
+            offered_progress, stats_path, watch.measure_after_ms, offered_end_ms + 1
         ),
     }
 
@@ -440,16 +433,14 @@ def _transform(query_kind: str, floor_buckets: int) -> Any:
 
 
 def batch_profile(
-    progress_json: list[str], profile_dir: str, stats_path: str, since_ms: int, until_ms: int
+    progress_json: list[str], stats_path: str, since_ms: int, until_ms: int
 ) -> dict[str, Any]:
     """Return the median micro-batch with data between two times: where its time went.
 
     ``spark_*``: Spark's phases (``durationMs``: offsets, planning, write-ahead log, the
-    batch itself, commit). ``state_*``: the keyed state's Python time summed over its
-    tasks (decode with normalize, state calls, logic, output rows; ``pyspark_ms`` is the
-    rest of the tasks' wall time: rows over Arrow in and out). ``sink_*``: the sink's
-    own time producing, waiting for upstream rows (the keyed state runs in the same
-    tasks), flush (acks of events) and completions, summed over tasks.
+    batch itself, commit). ``sink_*``: the sink's own time producing, waiting for upstream
+    rows (the keyed state runs in the same tasks), flush (acks of events) and completions,
+    summed over tasks.
     """
     batches = [json.loads(p) for p in progress_json]
     batches = [
@@ -470,20 +461,6 @@ def batch_profile(
         )
     }
     spark["rows_per_batch"] = percentile([b["numInputRows"] for b in batches], 0.5)
-    lines = [
-        v
-        for k, v in profile.per_batch(profile.read(profile_dir)).items()
-        if since_ms <= k < until_ms and v.get("rows_in", 0) > 0
-    ]
-    state: dict[str, float] = {}
-    for name in (*[f"{p}_ms" for p in profile.PHASES], "wall_ms"):
-        state[f"state_{name}"] = percentile([x.get(name, 0.0) for x in lines], 0.5)
-    busy = sum(state[f"state_{p}_ms"] for p in profile.PHASES)
-    state["state_pyspark_ms"] = max(state["state_wall_ms"] - busy, 0.0)
-    # +1: PySpark sets the grouping key with its own call before each device.
-    state["state_calls_per_device"] = percentile(
-        [(x.get("state_calls", 0) + x["keys"]) / x["keys"] for x in lines if x.get("keys")], 0.5
-    )
     sink: dict[str, float] = {}
     if os.path.exists(stats_path):
         with open(stats_path, encoding="utf-8") as f:
@@ -491,7 +468,7 @@ def batch_profile(
         timings = [x.get("timing_ms", {}) for x in stats if x["batch_id"] in batch_ids]
         for k in ("wait_upstream", "produce", "flush", "completions"):
             sink[f"sink_{k}_ms"] = percentile([t.get(k, 0.0) for t in timings], 0.5)
-    return {k: round(v, 2) for k, v in {**spark, **state, **sink}.items()}
+    return {k: round(v, 2) for k, v in {**spark, **sink}.items()}
 
 
 def _epoch_ms(iso: str) -> int:
@@ -601,12 +578,6 @@ def main(argv: list[str] | None = None) -> int:
         "(HEADWATER_ENRICHER_TRIGGER_INTERVAL; 0: back to back); the drain runs back to back",
     )
     parser.add_argument(
-        "--operator",
-        choices=("python", "jvm"),
-        default="jvm",
-        help="the enricher's state operator (HEADWATER_ENRICHER_STATE_OPERATOR)",
-    )
-    parser.add_argument(
         "--floors",
         nargs="*",
         choices=[q for q in QUERIES if q != "enricher"],
@@ -660,7 +631,6 @@ def main(argv: list[str] | None = None) -> int:
             args.seconds,
             kind,
             args.floor_buckets,
-            args.operator,
             warmup=warmup,
             trigger_seconds=args.trigger_seconds,
             batch_records=args.batch_records,

@@ -70,8 +70,9 @@ class DataLossError(EnricherError):
         self.partition = partition
 
 
-#: Spark's refusals of a checkpoint whose state another operator (or layout) wrote: which
-#: one Spark reports first depends on what the checkpoint's state metadata already records.
+#: Spark's refusals of a checkpoint whose state another operator (or layout) wrote, such as
+#: the Python state operator of earlier releases: which one Spark reports first depends on
+#: what the checkpoint's state metadata already records.
 STATE_REFUSALS = (
     "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
     "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
@@ -85,11 +86,11 @@ def explain_failure(message: str) -> str:
         return str(DataLossError(message))
     if any(code in message for code in STATE_REFUSALS):
         return (
-            "the checkpoint holds state in another layout than this state operator's (for "
-            "example the Python operator's, before HEADWATER_ENRICHER_STATE_OPERATOR=jvm became "
-            "the default): nothing was processed. Either set HEADWATER_ENRICHER_STATE_OPERATOR "
-            "to the operator that wrote the checkpoint, or start with a new checkpoint location "
-            "as docs/enricher.md 'Upgrading: the state format changed' says. Spark: "
+            "the checkpoint holds state in another layout than this enricher's (for example "
+            "the Python state operator's of an earlier release): nothing was processed. Start "
+            "with a new checkpoint location (HEADWATER_ENRICHER_CHECKPOINT_LOCATION) as "
+            "docs/enricher.md 'Upgrading: the state format changed' says, or run the release "
+            "that wrote the checkpoint. Spark: "
             + message.split("=== Streaming Query ===")[0].split("\n")[0].strip()
         )
     # Spark appends the query's plan and a JVM stack; the first part says what happened.

@@ -1,8 +1,9 @@
 """The enricher's streaming job: the only module with ``readStream`` and ``writeStream``.
 
-raw Kafka rows -> key (tenant, device; in the JVM) -> keyed device state (decode, normalize,
-dedupe, enrich, park, snapshot; one Python hop) -> Kafka records, written by the
-"headwater-kafka" sink (events first, then completions carrying the events' coordinates).
+raw Kafka rows -> key (tenant, device; in the JVM) -> one Python hop (decode, normalize) ->
+keyed device state in the JVM (dedupe, enrich, park, snapshot; ``jvm_state``) -> Kafka
+records, written by the "headwater-kafka" sink (events first, then completions carrying the
+events' coordinates).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from headwater.enricher.driver import jvm_state
 from headwater.enricher.driver.errors import StartingOffsetsRequiredError
 from headwater.enricher.driver.kafka_sink import KafkaSinkDataSource
+from headwater.enricher.driver.policy import Policy
 from headwater.enricher.driver.settings import EnricherSettings
-from headwater.enricher.executor.decode import key_columns
-from headwater.enricher.python_operator.state import Policy, process_devices
 from headwater.runtime import jvm
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,8 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
 def connector_jars() -> str:
     """Return ``spark.jars``: Spark's Kafka connector and the JVM state operator, if built.
 
-    The operator's jar is optional here: only ``HEADWATER_ENRICHER_STATE_OPERATOR=jvm`` needs
-    it, and ``jvm_state.apply`` says how to build it when it is missing.
+    The operator's jar is optional here: a session that runs no enricher query starts without
+    it, and ``jvm_state.apply`` names the fix (``make install``) when the query needs it.
     """
     jars = [*jvm.jars(jvm.SPARK_KAFKA)]
     with contextlib.suppress(jvm.JvmSetupError):
@@ -150,21 +151,7 @@ def kafka_stream(
 
 def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     """Return the output records (``schema.OUTPUT``) of raw Kafka rows."""
-    policy = Policy(
-        topics=settings.topics,
-        max_attempts=settings.max_attempts,
-        backoff_ms=int(settings.retry_backoff_seconds * 1000),
-        backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
-        dedup_window_ms=int(settings.dedup_window_seconds * 1000),
-        max_latest_values=settings.max_latest_values,
-        dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
-        profile_dir=settings.profile_dir,
-    )
-    if settings.state_operator == "jvm":
-        from headwater.enricher.driver import jvm_state
-
-        return jvm_state.process_devices(raw, policy)
-    return process_devices(key_columns(raw, settings.topics.master), policy)
+    return jvm_state.process_devices(raw, Policy.of(settings))
 
 
 def start(

@@ -12,10 +12,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from headwater.enricher.driver.policy import Policy
 from headwater.enricher.executor.arrow_hop import HOP, decoder, inputs
 from headwater.enricher.executor.decode import key_columns
 from headwater.enricher.executor.schema import OUTPUT, field_names
-from headwater.enricher.python_operator.state import Policy
 from headwater.runtime import jvm
 
 ENTRY = "io.headwater.enricher.state.EnricherState"

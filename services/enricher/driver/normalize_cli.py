@@ -1,8 +1,12 @@
-"""``headwater normalize``: run one payload through the normalizer registry, without Kafka or Spark.
+"""``headwater normalize``: run one payload through the enricher's normalize step, without Kafka.
 
-Prints the common-format event as JSON (exit 0) or the dead-letter reason (exit 1), so a
-vendor integration, or a normalizer plugin, can be tried on a real payload file. Only
-argparse at import time: ``headwater --help`` stays fast.
+Prints the normalized row that the enricher's Python hop hands to its state operator, as JSON
+(exit 0), or the dead-letter reason (exit 1), so a vendor integration, or a normalizer
+plugin, can be tried on a real payload file. The row is computed by the hop's own functions
+(``normalize.normalize_message``, ``arrow_hop.with_units``): what comes after it (master
+data, Sparkplug B alias resolution against the device's births, dedup, the event's bytes)
+happens in the JVM state operator and is not shown. Only argparse at import time:
+``headwater --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``normalize`` command."""
     cmd = subparsers.add_parser(
         "normalize",
-        help="run a payload file through the normalizers; print the event or the dead letter",
+        help="run a payload file through the normalizers; print the normalized row or the "
+        "dead letter",
         description=(
-            "Normalize one device payload as the enricher would, without Kafka or Spark: "
-            "print the common-format event as JSON (exit 0), or the dead-letter stage, "
-            "reason and message (exit 1). --list shows every format the registry holds, "
-            "built-in and from installed packages (entry points 'headwater.normalizers')."
+            "Normalize one device payload as the enricher's normalize step does, without Kafka "
+            "or Spark: print the normalized row ({'normalized': ...}: event type, source "
+            "format, measurements; for Sparkplug B the definitions, the readings still by "
+            "alias and the unit conversions) as JSON (exit 0), or the dead-letter stage, "
+            "reason and message (exit 1). Master data, Sparkplug B aliases and the event "
+            "itself come later, in the enricher's state operator. --list shows every format "
+            "the registry holds, built-in and from installed packages (entry points "
+            "'headwater.normalizers')."
         ),
     )
     cmd.add_argument("payload", nargs="?", help="payload file ('-' for stdin)")
@@ -32,17 +41,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-t",
         help="the message's content_type, e.g. 'application/vnd.acme.telemetry.v1+json'",
     )
-    cmd.add_argument(
-        "--birth",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help=(
-            "a Sparkplug B DBIRTH payload of the device, applied first so that aliases "
-            "resolve (repeatable, in order)"
-        ),
-    )
-    cmd.add_argument("--device-id", default="device-1", help="device id put on the event")
     cmd.add_argument("--list", action="store_true", help="list the registered formats and exit")
     cmd.set_defaults(func=_run)
 
@@ -51,53 +49,21 @@ def _read(path: str) -> bytes:
     return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
 
 
-def normalize_file(
-    content_type: str, payload: bytes, births: list[bytes], device_id: str = "device-1"
-) -> tuple[int, dict[str, Any]]:
-    """Return ``(exit code, JSON document)`` for one payload, as the enricher would see it."""
-    from google.protobuf import json_format
-
-    from headwater.enricher.executor.formats.base import NormalizeError
-    from headwater.enricher.executor.formats.sparkplug import CONTENT_TYPE as SPARKPLUG
+def normalize_file(content_type: str, payload: bytes) -> tuple[int, dict[str, Any]]:
+    """Return ``(exit code, JSON document)`` for one payload: the normalized row, or why not."""
+    from headwater.enricher.executor.arrow_hop import with_units
     from headwater.enricher.executor.normalize import normalize_message
-    from headwater.enricher.python_operator.births import Definitions, apply_to_row
-    from headwater.enricher.python_operator.enrich import build_events
 
-    defs = Definitions()
-    for i, birth in enumerate(births):
-        row = normalize_message(f"{SPARKPLUG}; message-type=DBIRTH", birth)
-        if row.get("error_reason"):
-            return 1, {"birth": i, "dead_letter": _dead(row)}
-        apply_to_row(row, defs)
     row = normalize_message(content_type, payload)
     if row.get("error_reason"):
-        return 1, {"dead_letter": _dead(row)}
-    try:
-        row = apply_to_row(row, defs)
-    except NormalizeError as exc:
-        return 1, {"dead_letter": {"stage": "normalize", "reason": exc.reason, "message": str(exc)}}
-    msg = {
-        "message_id": "cli",
-        "device_id": device_id,
-        "tenant": "",
-        "gateway_id": "",
-        "sequence": 0,
-        "device_time_ms": 0,
-        "received_ms": 0,
-        **{k: None for k in ("alarm_code", "alarm_severity", "alarm_text")},
-        **row,
-    }
-    events = build_events(msg, {})
-    docs = [json_format.MessageToDict(e, preserving_proto_field_name=True) for e in events]
-    return 0, {"events": docs}
-
-
-def _dead(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "stage": row["error_stage"],
-        "reason": row["error_reason"],
-        "message": row["error_message"],
-    }
+        return 1, {
+            "dead_letter": {
+                "stage": row["error_stage"],
+                "reason": row["error_reason"],
+                "message": row["error_message"],
+            }
+        }
+    return 0, {"normalized": with_units(row)}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -113,10 +79,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         payload = _read(args.payload)
-        births = [_read(p) for p in args.birth]
     except OSError as exc:
         print(f"headwater normalize: {exc}", file=sys.stderr)
         return 2
-    code, doc = normalize_file(args.content_type, payload, births, args.device_id)
+    code, doc = normalize_file(args.content_type, payload)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return code

@@ -22,8 +22,6 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.
 #: The consumer group the enricher commits its progress to, for monitoring only
 #: (``progress_offsets.py``); ``headwater lag`` and ``headwater status`` read it by default.
 DEFAULT_PROGRESS_GROUP = "headwater-enricher"
-#: The per-device state operators (``EnricherSettings.state_operator``).
-STATE_OPERATORS = ("python", "jvm")
 
 
 def parse_duration(name: str, raw: str) -> float:
@@ -95,20 +93,13 @@ class EnricherSettings:
     retry_backoff_max_seconds: float = 300.0
     dedup_window_seconds: float = 3600.0
     #: How long message ids are remembered at all: the gateways' 7-day retention plus an
-    #: hour (dedupe.py). Not longer than the window: ids are kept for the window only.
+    #: hour (the JVM operator's Dedup). Not longer than the window: ids are kept for the
+    #: window only.
     dedup_horizon_seconds: float = 7 * 86400.0 + 3600.0
-    #: Where the keyed state writes its per-task profile (profile.py); "" = off.
-    profile_dir: str = ""
     #: The most quantities kept per device in the snapshot (state.devices.v1 latest_values).
     max_latest_values: int = 100
     spark_master: str = ""
     shuffle_partitions: int = 4
-    #: Which operator keeps the per-device state: "jvm" (jvm/enricher-state, Spark's JVM
-    #: transformWithState after one Python hop; jvm_state.py) or "python" (state.py,
-    #: PySpark's row-based transformWithState). The JVM one is the default since the
-    #: difference test and the guarantee tests pass with it (docs/enricher.md); their state
-    #: formats differ, so switching needs a new checkpoint.
-    state_operator: str = "jvm"
     metrics_port: int = 0
     #: Consumer group the end offsets of each batch are committed to, for monitoring only
     #: (restarts use the checkpoint); empty (``off`` in the environment): commit nothing.
@@ -139,11 +130,9 @@ class EnricherSettings:
             retry_backoff_max_seconds=dur("RETRY_BACKOFF_MAX", cls.retry_backoff_max_seconds),
             dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
             dedup_horizon_seconds=dur("DEDUP_HORIZON", cls.dedup_horizon_seconds),
-            profile_dir=env_str(env, p + "PROFILE_DIR", ""),
             max_latest_values=env_int(env, p + "MAX_LATEST_VALUES", cls.max_latest_values, 1),
             spark_master=env_str(env, p + "SPARK_MASTER", ""),
             shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
-            state_operator=env_str(env, p + "STATE_OPERATOR", cls.state_operator).lower(),
             metrics_port=env_int(env, p + "METRICS_PORT", 0),
             progress_group=_progress_group(env_str(env, p + "PROGRESS_GROUP", "")),
             normalize_budget=Budget.from_env(env),
@@ -159,11 +148,6 @@ class EnricherSettings:
             raise SettingError(
                 f"HEADWATER_ENRICHER_STARTING_OFFSETS={self.starting_offsets!r}: use earliest "
                 "or latest"
-            )
-        if self.state_operator not in STATE_OPERATORS:
-            raise SettingError(
-                f"HEADWATER_ENRICHER_STATE_OPERATOR={self.state_operator!r}: use "
-                + " or ".join(STATE_OPERATORS)
             )
         if self.dedup_window_seconds < 1:
             raise SettingError("HEADWATER_ENRICHER_DEDUP_WINDOW must be at least 1s")

@@ -9,12 +9,12 @@ coordinates, value, headers) stay in the JVM beside the call and are joined to i
 there (Spark's ``ArrowEvalPython``): writing them to Arrow for Python and reading them back
 was most of the JVM's CPU for the hop (docs/benchmarks.md, issue 27).
 
-Each message is decoded as the Python operator decodes it (``decode.decode_for_key``); the
+Each message is decoded for the key it was grouped by (``decode.decode_for_key``); the
 batch's messages are then normalized together, grouped by media type
-(``normalize.normalize_batch``), to the same columns ``decode.decode_row`` gives one message,
-so both operators see identical messages. The JVM has no unit library: for every unit a
-Sparkplug B message names (definitions and readings), the hop adds its conversion
-(``units``), which the JVM keeps with the device's definitions.
+(``normalize.normalize_batch``), each to the columns ``normalize.normalize_message`` gives it
+alone. The JVM has no unit library: for every unit a Sparkplug B message names (definitions
+and readings), the hop adds its conversion (``units``, :func:`with_units`), which the JVM
+keeps with the device's definitions.
 """
 
 from __future__ import annotations
@@ -99,9 +99,15 @@ def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]
     for msg, columns_of_msg in zip(todo, normalized, strict=True):
         msg |= columns_of_msg
     for msg in msgs:
-        if msg.get("definitions") or msg.get("pending"):
-            msg["units"] = conversions(msg)
+        with_units(msg)
     return msgs
+
+
+def with_units(msg: dict[str, Any]) -> dict[str, Any]:
+    """Return ``msg`` with the conversions of the units its Sparkplug parts name, if any."""
+    if msg.get("definitions") or msg.get("pending"):
+        msg["units"] = conversions(msg)
+    return msg
 
 
 def decoder(

@@ -1,6 +1,6 @@
 """Decode step: Kafka records -> device-message envelopes (or master records), errors as values.
 
-Runs inside the keyed state (``state.py``) on rows whose key the JVM computed
+Runs in the Python hop (``arrow_hop``) on rows whose key the JVM computed
 (:func:`key_columns`). A record that cannot be decoded never raises: it gets ``error_*``
 fields and is routed to the dead-letter topic, because a raise inside the query would
 crash-loop on replay.
@@ -15,15 +15,13 @@ from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
 from headwater.enricher.executor.arrowsafe import sanitize
-from headwater.enricher.executor.normalize import normalize_message
-from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, field_names
+from headwater.enricher.executor.schema import DECODED_FIELDS, field_names
 from headwater.enricher.executor.timestamps import ms_of
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import split_scoped_key
 
 _FIELDS = field_names(DECODED_FIELDS)
-NORMALIZED_COLUMNS = field_names(NORMALIZED_FIELDS)
 
 
 def header_map(headers: list[Any] | None) -> dict[str, bytes]:
@@ -33,14 +31,6 @@ def header_map(headers: list[Any] | None) -> dict[str, bytes]:
         key, value = (h["key"], h["value"]) if not isinstance(h, tuple) else h
         out[key] = value or b""
     return out
-
-
-def headers_of(msg: dict[str, Any]) -> dict[str, bytes]:
-    """Return a message's headers as a map, built once per message (several steps ask)."""
-    found = msg.get("header_map")
-    if found is None:
-        found = msg["header_map"] = header_map(msg["headers"])
-    return found
 
 
 def _text(value: bytes | None) -> str:
@@ -146,8 +136,8 @@ def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
     and the record key (ingest keys every record by its device id), for master records the
     two parts of ``"<tenant>/<device_id>"`` (as :func:`headwater.topics.split_scoped_key`).
     Computing it here, not in a Python step, lets records reach the keyed state with one
-    Python hop (decode and normalize run inside it, see ``state.py``): each hop is an Arrow
-    round trip of every row (docs/enricher.md, "where a batch's time goes").
+    Python hop (decode and normalize, ``arrow_hop``): each hop is an Arrow round trip of
+    every row (docs/enricher.md, "where a batch's time goes").
     Bytes that are not UTF-8 become U+FFFD, as Python's ``decode("utf-8", "replace")``.
 
     Returns:
@@ -176,37 +166,15 @@ def key_columns(raw: DataFrame, master_topic: str) -> DataFrame:
     )
 
 
-def decode_row(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
-    """Decode and normalize one keyed row (``key_columns``) into a message dict; never raises."""
-    msg = decode_keyed(row, master_topic)
-    if normalizable(msg):
-        msg |= normalize_message(msg["content_type"], msg["payload"])
-    return with_normalized_columns(msg)
-
-
-def decode_keyed(row: tuple[Any, ...], master_topic: str) -> dict[str, Any]:
-    """Decode one keyed row (``key_columns``) into a message dict, not normalized yet.
-
-    The key the row was grouped by wins over what the record says: an ingest envelope
-    whose ``device_id`` is not its record key is refused (``ENVELOPE_INVALID``), because its
-    order and state follow the key.
-    """
-    # Unpacked by position: a Row's lookup by name costs a search of its fields each time.
-    tenant, device_key, topic, partition, offset, value, headers = row
-    msg = decode_for_key(topic, device_key, value, headers, master_topic)
-    msg["tenant"] = tenant
-    msg |= {"src_topic": topic, "src_partition": partition, "src_offset": offset}
-    msg |= {"value": value, "headers": headers}
-    return msg
-
-
 def decode_for_key(
     topic: str, device_key: str, value: bytes | None, headers: Any, master_topic: str
 ) -> dict[str, Any]:
     """Decode one record for the device key it was grouped by; never raises.
 
-    ``decode_keyed`` without the key's tenant and the source columns (``arrow_hop`` leaves
-    those in the JVM).
+    The key the row was grouped by wins over what the record says: an ingest envelope
+    whose ``device_id`` is not its record key is refused (``ENVELOPE_INVALID``), because its
+    order and state follow the key. The key's tenant and the source columns stay in the JVM
+    (``arrow_hop``).
     """
     msg = decode_record(topic, None, value, headers, master_topic)
     msg["device_key"] = device_key
@@ -224,10 +192,3 @@ def decode_for_key(
 def normalizable(msg: dict[str, Any]) -> bool:
     """True for a decoded device message (not master data, not a decode error)."""
     return msg["kind"] == "ingest" and not msg["error_reason"]
-
-
-def with_normalized_columns(msg: dict[str, Any]) -> dict[str, Any]:
-    """Return ``msg`` with every normalized column (None where normalize set none)."""
-    for k in NORMALIZED_COLUMNS:
-        msg.setdefault(k, None)
-    return msg

@@ -20,7 +20,7 @@ NORMALIZED_FIELDS = (
     "measurements array<struct<name:string,value:double,unit:string,time_ms:long>>, "
     "alarm_code string, alarm_severity int, alarm_text string, "
     # Sparkplug B: metric definitions of a birth certificate and readings that the keyed
-    # state resolves against them (formats/sparkplug.py, births.py).
+    # state resolves against them (formats/sparkplug.py; the JVM operator's Definitions).
     "definitions array<struct<alias:long,name:string,unit:string,datatype:int>>, "
     "replaces_definitions boolean, "
     "pending array<struct<alias:long,name:string,value:double,unit:string,time_ms:long,"
@@ -32,8 +32,8 @@ SOURCE_FIELDS = (
     f"src_topic string, src_partition int, src_offset long, value binary, headers {HEADERS}"
 )
 
-#: The rows the keyed state receives (``decode.key_columns``), in the order ``decode_row``
-#: unpacks them: the key, then the source fields.
+#: The rows the keyed state receives (``decode.key_columns``): the key, then the source
+#: fields (the JVM operator reads them by name).
 KEYED = f"tenant string, device_key string, {SOURCE_FIELDS}"
 
 #: One output row per Kafka record the sink produces (see ``kafka_sink``).

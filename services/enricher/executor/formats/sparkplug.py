@@ -5,7 +5,7 @@ A metric's value depends on context this stateless step does not have: a DDATA m
 metric only by the alias its device's birth certificate (DBIRTH) defined, and leave out the
 datatype and unit. So this normalizer returns the birth's metric *definitions* and the
 *pending* readings; the keyed device state keeps the definitions and resolves the readings
-into measurements (``headwater.enricher.python_operator.births``).
+into measurements (``Definitions`` of the JVM operator, jvm/enricher-state).
 
 The MQTT topic, which carries the Sparkplug message type, is not part of a device message:
 the gateway passes it as a media type parameter, ``message-type=DBIRTH`` (or NBIRTH, DDATA,

@@ -19,7 +19,7 @@ record Conversion(String canonical, double scale, double offset, String error) {
   /**
    * Returns {@code value} in the canonical unit, rounded to 12 significant digits as units.convert
    * does ({@code float(f"{x:.12g}")}): float noise of a conversion must not leak into events, and
-   * the result must equal Python's bit for bit (event payloads are compared across operators).
+   * a Sparkplug B reading must get the value the same reading in another format gets.
    */
   double apply(double value) {
     if (scale == 1.0 && offset == 0.0) {

@@ -10,7 +10,7 @@ import java.util.Set;
 import java.util.TreeSet;
 
 /**
- * Drop repeats of a message id for as long as gateways resend (dedupe.py's two tiers, ported).
+ * Drop repeats of a message id for as long as gateways resend (7 days by default), in two tiers.
  *
  * <p><b>recent</b>: ids first seen within the window, with their first-seen batch time and the
  * hour of their device time, inside the device's composite value (no state call of its own).

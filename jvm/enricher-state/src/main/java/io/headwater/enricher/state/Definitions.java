@@ -7,7 +7,7 @@ import java.util.Map;
 
 /**
  * A device's Sparkplug B metric definitions from its birth certificates, and alias resolution
- * (births.py, ported). Capped by count and bytes: a device that sends new names in every DDATA
+ * Capped by count and bytes: a device that sends new names in every DDATA
  * without a birth would otherwise grow its state without end (+36 KB per message, review).
  */
 final class Definitions {
@@ -17,7 +17,7 @@ final class Definitions {
   final Map<Long, String> names = new HashMap<>();
   /** metric name -> (unit as the device wrote it, datatype). */
   final Map<String, Metric> metrics = new HashMap<>();
-  /** unit spelling -> conversion (Python's units module computed it when the unit arrived). */
+  /** unit spelling -> conversion (the hop's units module computed it when the unit arrived). */
   final Map<String, Conversion> units = new HashMap<>();
   private long bytes;
 
@@ -59,7 +59,7 @@ final class Definitions {
     bytes = next.bytes;
   }
 
-  /** Returns the measurements of pending readings, named, typed and converted (births.resolve). */
+  /** Returns the measurements of pending readings, named, typed and converted. */
   List<Message.Measurement> resolve(Message m) throws NormalizeException {
     List<Message.Measurement> out = new ArrayList<>(m.pending.size());
     for (Message.Reading p : m.pending) {
@@ -103,10 +103,11 @@ final class Definitions {
   }
 
   /**
-   * The value of a signed integer datatype from its two's complement bits (sparkplug.signed),
-   * applied to {@code int(value)} exactly as Python does: the reading arrives as a double, and
-   * an unsigned 64-bit pattern past 2^53 has already lost its low bits (so Int64 -9 sent without
-   * its datatype reads 0 in both operators; the hop would have to keep integers to fix that).
+   * The value of a signed integer datatype from its two's complement bits, as the hop's
+   * sparkplug.signed reads a reading that states its datatype, applied to the integer part of
+   * the value: the reading arrives as a double, and an unsigned 64-bit pattern past 2^53 has
+   * already lost its low bits (so Int64 -9 sent without its datatype reads 0; the hop would
+   * have to keep integers to fix that).
    */
   static double signed(double value, int datatype) {
     int bits = switch (datatype) {

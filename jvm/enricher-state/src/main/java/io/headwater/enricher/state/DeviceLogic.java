@@ -9,8 +9,7 @@ import java.util.function.Function;
 import org.apache.spark.sql.Row;
 
 /**
- * What happens to one device's records in one micro-batch or timer (state.py's DeviceProcessor,
- * ported, with the review's defects fixed): master data first, then messages in the device's
+ * What happens to one device's records in one micro-batch or timer: master data first, then messages in the device's
  * order; dedup, dead letters, parking until master data, enrichment, the snapshot.
  */
 final class DeviceLogic {
@@ -56,8 +55,8 @@ final class DeviceLogic {
   /**
    * Processes a batch of the device. Rows are taken in chunks of at most {@code
    * maxRowsPerChunk} rows and {@code maxChunkBytes} original bytes, each sorted into the
-   * device's order: a backlog of one device is never held whole (the Python operator sorted
-   * the whole batch of a key, and a backlog of large messages could exceed a worker's memory).
+   * device's order: a backlog of one device is never held whole (sorting a key's whole batch
+   * at once, a backlog of large messages could exceed a worker's memory).
    */
   <T> List<Row> batch(Iterator<T> rows, Function<T, Message> read) {
     boolean hadMaster = dev.master != null;
@@ -165,7 +164,7 @@ final class DeviceLogic {
                 + policy.maxEventBytes);
       }
     } catch (NormalizeException e) {
-      dead(m, attempt, new Why(e.stage, e.reason, e.pythonClass(),
+      dead(m, attempt, new Why(e.stage, e.reason, e.errorClass(),
           Text.head(e.getMessage(), 1000)));
       return;
     }
@@ -181,7 +180,7 @@ final class DeviceLogic {
     out.add(records.completion(m, Outcome.OUTCOME_ENRICHED, now, attempt, ""));
   }
 
-  /** Sparkplug B: take the message's definitions, resolve its readings (births.py). */
+  /** Sparkplug B: take the message's definitions, resolve its readings (Definitions). */
   private void sparkplug(Message m) throws NormalizeException {
     if (defs == null) {
       defs = Definitions.decode(store.definitions());
@@ -197,10 +196,10 @@ final class DeviceLogic {
 
   /**
    * Retries parked messages. With master data, every parked message goes, in the device's
-   * order (the Python operator released them by not-before time, so a message retried more
-   * often came out after newer ones). Without, the due ones are parked again or, at the last
-   * attempt, dead-lettered. Each message is guarded on its own, and the list is written back
-   * with one state call (the Python operator appended every kept message again, one call each).
+   * order (not by not-before time: a message retried more often would come out after newer
+   * ones). Without, the due ones are parked again or, at the last attempt, dead-lettered. Each
+   * message is guarded on its own, and the list is written back with one state call (not one
+   * append per kept message).
    */
   private void retry(boolean dueOnly) {
     List<Parked> parked = new ArrayList<>();

@@ -2,7 +2,7 @@ package io.headwater.enricher.state;
 
 /**
  * A device's one composite state value (master data, snapshot, recent ids, parked count), read
- * once and written at most once per batch or timer, as the Python operator kept it.
+ * once and written at most once per batch or timer: every state call costs a round trip.
  */
 final class DeviceValue {
   record Master(String site, String areaCode, String vendorFormat, String model) {}

@@ -6,12 +6,15 @@ import java.util.HexFormat;
 import java.util.UUID;
 
 /**
- * Event ids: UUIDv5 of a fixed namespace and a JSON name, exactly as
- * services/enricher/python_operator/enrich.py {@code event_id} computes them, so events keep their
- * ids whichever operator built them.
+ * Event ids: UUIDv5 (RFC 9562) of a fixed namespace and the JSON name {@code [tenant, device_id,
+ * message_id, index]}, as docs/enricher.md states. Message ids are unique per tenant and device
+ * only, so the id is derived from all three; JSON, so that no choice of the parts can collide
+ * with another's ("a/b" + "c" versus "a" + "b/c"). The name's bytes are fixed (compact, every
+ * character outside printable ASCII as a four-digit hex escape): a replay, or a later release,
+ * must give an event the id it had.
  */
 public final class EventIds {
-  /** enrich.EVENT_ID_NAMESPACE. */
+  /** The namespace of every event id (never changes). */
   static final UUID NAMESPACE = UUID.fromString("5b0e3d0c-8f4b-5a3e-9c52-6865616477a1");
 
   private static final byte[] NAMESPACE_BYTES = uuidBytes(NAMESPACE);
@@ -23,9 +26,9 @@ public final class EventIds {
   /** Returns the id of event {@code index} of a message of {@code deviceId} in {@code tenant}. */
   public static String of(String tenant, String deviceId, String messageId, int index) {
     StringBuilder name = new StringBuilder("[");
-    PyJson.string(name, tenant).append(',');
-    PyJson.string(name, deviceId).append(',');
-    PyJson.string(name, messageId).append(',').append(index).append(']');
+    jsonString(name, tenant).append(',');
+    jsonString(name, deviceId).append(',');
+    jsonString(name, messageId).append(',').append(index).append(']');
     MessageDigest sha1 = SHA1.get();
     sha1.reset();
     sha1.update(NAMESPACE_BYTES);
@@ -46,5 +49,30 @@ public final class EventIds {
       out[8 + i] = (byte) (lo >>> (56 - 8 * i));
     }
     return out;
+  }
+
+  /** Appends {@code s} as a JSON string literal of the name's spelling; returns {@code out}. */
+  private static StringBuilder jsonString(StringBuilder out, String s) {
+    out.append('"');
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i); // UTF-16 units: an astral character is two escapes
+      switch (c) {
+        case '"' -> out.append("\\\"");
+        case '\\' -> out.append("\\\\");
+        case '\n' -> out.append("\\n");
+        case '\r' -> out.append("\\r");
+        case '\t' -> out.append("\\t");
+        case '\b' -> out.append("\\b");
+        case '\f' -> out.append("\\f");
+        default -> {
+          if (c >= 0x20 && c <= 0x7e) {
+            out.append(c);
+          } else {
+            out.append(String.format("\\u%04x", (int) c));
+          }
+        }
+      }
+    }
+    return out.append('"');
   }
 }

@@ -4,7 +4,7 @@ import java.util.Map;
 
 /**
  * A parked message in state: the whole decoded, normalized message, so a retry needs no Python
- * (today's Python operator re-decoded the original bytes on every retry).
+ * (no second decode of the original bytes).
  */
 final class MessageCodec {
   private MessageCodec() {}

@@ -13,10 +13,10 @@ final class NormalizeException extends Exception {
   }
 
   /**
-   * The class name dead letters carry: the Python operator's ("NormalizeError") for what both
-   * operators reject, so both write the same; a name of its own for the JVM's own bounds.
+   * The class name dead letters carry: "NormalizeError", as the Python hop names its own
+   * rejections of a payload; a name of its own for each of the JVM's own bounds.
    */
-  String pythonClass() {
+  String errorClass() {
     return switch (reason) {
       case "DEFINITIONS_LIMIT" -> "DefinitionsLimitError";
       case "EVENT_TOO_LARGE" -> "EventTooLargeError";

@@ -9,7 +9,7 @@ import java.util.Map;
 import java.util.Properties;
 
 /**
- * How the operator behaves: the enricher's settings (state.py's Policy) plus the bounds the JVM
+ * How the operator behaves: the enricher's settings (policy.py's Policy) plus the bounds the JVM
  * operator adds. Given by Python as {@code key=value} lines (jvm_state.py), so py4j passes one
  * string and no Python object crosses into the JVM.
  */

@@ -19,8 +19,8 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Output rows (schema.py's OUTPUT) of the records the sink produces, built as route.py builds
- * them, byte for byte: the difference test compares the two operators' records field by field.
+ * Output rows (schema.py's OUTPUT) of the records the sink produces: events, completions, dead
+ * letters, parked messages and device snapshots, with their keys and headers.
  */
 final class Records {
   static final StructType OUTPUT =

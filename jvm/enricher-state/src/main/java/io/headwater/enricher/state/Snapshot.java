@@ -5,7 +5,7 @@ import java.util.Map;
 import java.util.TreeMap;
 
 /**
- * The entity state of a device (state.py's _Snapshot). {@code latest} keeps at most {@code
+ * The entity state of a device (state.devices.v1). {@code latest} keeps at most {@code
  * maxLatest} quantities: device-chosen names would otherwise grow the state and the snapshot
  * record until the producer refuses it; quantities past the cap are counted in {@code dropped}.
  */

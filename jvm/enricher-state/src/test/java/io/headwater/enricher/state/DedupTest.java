@@ -13,6 +13,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -65,6 +66,113 @@ class DedupTest {
     public void remove(long hour) {
       hours.remove(hour);
     }
+  }
+
+  /** One device's dedup across batches, carrying its composite value's two fields. */
+  private static final class Device {
+    final MemoryOlder older = new MemoryOlder();
+    final long windowMs;
+    final long horizonMs;
+    Dedup.Recent recent = Dedup.Recent.EMPTY;
+    long[] spilled = new long[0];
+
+    Device(long windowMs, long horizonMs) {
+      this.windowMs = windowMs;
+      this.horizonMs = horizonMs;
+    }
+
+    /** Returns firstTime of each (id, device time) in order, then commits the batch. */
+    List<Boolean> batch(long nowMs, Object... idsAndTimes) {
+      Dedup d = new Dedup(older, windowMs, horizonMs);
+      d.begin(recent, spilled);
+      List<Boolean> out = new ArrayList<>();
+      for (int k = 0; k < idsAndTimes.length; k += 2) {
+        out.add(d.firstTime((String) idsAndTimes[k], (Long) idsAndTimes[k + 1], nowMs));
+      }
+      Dedup.Recent next = d.commit(nowMs);
+      if (next != null) {
+        recent = next;
+        spilled = d.spilledHours();
+      }
+      return out;
+    }
+  }
+
+  private static final long HOUR = Dedup.HOUR_MS;
+  private static final long DAY = 24 * HOUR;
+  private static final long HORIZON = 7 * DAY + HOUR;
+  private static final long T0 = 1_800_000_000_000L; // a batch time in 2027
+
+  @Test
+  void repeatsWithinABatchAndTheWindowAreDuplicates() {
+    Device d = new Device(HOUR, HORIZON);
+    assertEquals(List.of(true, true, false), d.batch(T0, "m1", T0, "m2", T0, "m1", T0));
+    assertEquals(List.of(false, true), d.batch(T0 + 30 * 60_000L, "m2", T0, "m3", T0));
+    assertTrue(d.older.hours.isEmpty(), "nothing moved yet: the window holds them");
+  }
+
+  @Test
+  void aResendAfterDaysIsADuplicateAndLiveTrafficReadsNoOlderHours() {
+    Device d = new Device(HOUR, HORIZON);
+    d.batch(T0, "old", T0 - 10_000);
+    // Live traffic two hours later moves "old" to the older tier (its device-time hour).
+    d.batch(T0 + 2 * HOUR, "live-1", T0 + 2 * HOUR);
+    assertEquals(Set.of(Math.floorDiv(T0 - 10_000, HOUR)), d.older.hours.keySet());
+    int reads = d.older.reads;
+    d.batch(T0 + 2 * HOUR + 1000, "live-2", T0 + 2 * HOUR + 1000);
+    assertEquals(reads, d.older.reads, "a live message's hour holds no ids: no read");
+    // The gateway resends "old" (same envelope, same device time) six days later.
+    assertEquals(List.of(false, true),
+        d.batch(T0 + 6 * DAY, "old", T0 - 10_000, "new", T0 + 6 * DAY));
+  }
+
+  @Test
+  void withoutAnOlderTierALateResendPasses() {
+    // The horizon is the window: the test above would fail without the older tier.
+    Device d = new Device(HOUR, HOUR);
+    d.batch(T0, "old", T0);
+    d.batch(T0 + 2 * HOUR, "live", T0 + 2 * HOUR);
+    assertTrue(d.older.hours.isEmpty());
+    assertEquals(List.of(true), d.batch(T0 + 3 * HOUR, "old", T0));
+  }
+
+  @Test
+  void hoursPastTheHorizonAreForgotten() {
+    Device d = new Device(HOUR, HORIZON);
+    d.batch(T0, "old", T0);
+    d.batch(T0 + 2 * HOUR, "live", T0 + 2 * HOUR);
+    assertTrue(!d.older.hours.isEmpty());
+    d.batch(T0 + 9 * DAY, "later", T0 + 9 * DAY);
+    assertTrue(!d.older.hours.containsKey(Math.floorDiv(T0, HOUR)));
+    assertEquals(List.of(true), d.batch(T0 + 9 * DAY + 1, "old", T0)); // beyond the horizon
+  }
+
+  @Test
+  void aMessageWithoutAPlausibleDeviceTimeIsKeptForTheWindowOnly() {
+    Device d = new Device(HOUR, HORIZON);
+    d.batch(T0, "clockless", 0L);
+    d.batch(T0 + 2 * HOUR, "live", T0 + 2 * HOUR);
+    assertTrue(!d.older.hours.containsKey(0L), "never filed under 1970");
+    assertEquals(List.of(true), d.batch(T0 + 2 * HOUR + 1, "clockless", 0L));
+    Device unset = new Device(HOUR, HORIZON);
+    unset.batch(T0, "no-time", null);
+    assertEquals(List.of(false), unset.batch(T0 + 1, "no-time", null), "within the window");
+  }
+
+  @Test
+  void aReplayedBatchDecidesAsTheFirstRun() {
+    Device d = new Device(HOUR, HORIZON);
+    d.batch(T0, "a", T0);
+    Dedup.Recent recent = d.recent;
+    long[] spilled = d.spilled.clone();
+    Map<Long, long[]> older = new HashMap<>(d.older.hours);
+    List<Boolean> first = d.batch(T0 + 2 * HOUR, "a", T0, "b", T0 + 2 * HOUR);
+    // The state as the checkpoint kept it, then the same batch again.
+    d.recent = recent;
+    d.spilled = spilled;
+    d.older.hours.clear();
+    d.older.hours.putAll(older);
+    assertEquals(first, d.batch(T0 + 2 * HOUR, "a", T0, "b", T0 + 2 * HOUR));
   }
 
   @Test

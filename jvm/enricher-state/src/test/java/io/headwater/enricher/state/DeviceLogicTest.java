@@ -69,12 +69,23 @@ class DeviceLogicTest {
     redriven.headers.add(new Message.Header("redrive-count", "1".getBytes()));
     List<Row> out = batch(policy, store, NOW + 1, redriven);
     assertEquals(Outcome.OUTCOME_ENRICHED, completions(out).get(0).getOutcome());
+    // A repeat of the same redrive is a duplicate; the next redrive runs again.
+    List<Row> repeat = batch(policy, store, NOW + 2, redrive("m-1", 1, "1"));
+    assertEquals(Outcome.OUTCOME_DUPLICATE, completions(repeat).get(0).getOutcome());
+    List<Row> second = batch(policy, store, NOW + 3, redrive("m-1", 1, "2"));
+    assertEquals(Outcome.OUTCOME_ENRICHED, completions(second).get(0).getOutcome());
+  }
+
+  private static Message redrive(String id, long seq, String count) {
+    Message m = telemetry(id, seq);
+    m.headers.add(new Message.Header("redrive-count", count.getBytes()));
+    return m;
   }
 
   @Test
   void lateMasterReleasesParkedMessagesInDeviceOrder() {
-    // Review defect: the Python operator released parked messages by not-before time, so a
-    // message retried more often (an earlier one) came out after newer ones.
+    // Review defect: releasing parked messages by not-before time put a message retried more
+    // often (an earlier one) after newer ones.
     MemoryDeviceStore store = new MemoryDeviceStore();
     batch(policy, store, NOW, telemetry("m-1", 1));
     timer(policy, store, NOW + 5_000); // m-1 parked again (attempt 2), not before NOW+15 s

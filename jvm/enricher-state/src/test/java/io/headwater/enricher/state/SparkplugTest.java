@@ -7,6 +7,7 @@ import static io.headwater.enricher.state.Fixtures.events;
 import static io.headwater.enricher.state.Fixtures.master;
 import static io.headwater.enricher.state.Fixtures.policy;
 import static io.headwater.enricher.state.Fixtures.telemetry;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 
@@ -40,7 +41,7 @@ class SparkplugTest {
   }
 
   @Test
-  void aliasesResolveToBirthNamesAndConvertAsPythonDoes() {
+  void aliasesResolveToBirthNamesAndConvertAsTheUnitsModuleDoes() {
     MemoryDeviceStore store = new MemoryDeviceStore();
     Policy p = policy("");
     batch(p, store, NOW, master(), birth("b", 1, "Boiler/Temp", 1));
@@ -50,6 +51,62 @@ class SparkplugTest {
     // units.convert(70.7, "degF") == 21.5 in Python (12 significant digits).
     assertEquals(21.5, e.getMeasurements(0).getValue());
     assertEquals("celsius", e.getMeasurements(0).getUnit());
+  }
+
+  private static Message.Reading byAlias(long alias, double value) {
+    return new Message.Reading(alias, "", value, "", null, 0);
+  }
+
+  @Test
+  void aBirthsOwnReadingsAreMeasuredAndItsDatatypesApplyToDataByAlias() {
+    MemoryDeviceStore store = new MemoryDeviceStore();
+    Policy p = policy("");
+    Message b = birth("b", 1, "Temp", 1);
+    b.definitions.add(new Message.Definition(2L, "Offset", "", 2)); // Int16
+    b.definitions.add(new Message.Definition(3L, "Started", "", 13)); // DateTime
+    b.pending.add(new Message.Reading(1L, "Temp", 70.7, "degF", NOW, 10));
+    Event born = events(batch(p, store, NOW, master(), b)).get(0);
+    assertEquals("Temp", born.getMeasurements(0).getName());
+    assertEquals(21.5, born.getMeasurements(0).getValue());
+    assertEquals(NOW, born.getMeasurements(0).getTime().getSeconds() * 1000
+        + born.getMeasurements(0).getTime().getNanos() / 1_000_000);
+    Message d = data("d", 2, 0);
+    d.pending.add(byAlias(2, 0xffff)); // no datatype: Int16 from the birth -> -1
+    d.pending.add(byAlias(3, 1.7e12)); // DateTime: not a measurement
+    Event e = events(batch(p, store, NOW + 1, d)).get(0);
+    assertEquals(1, e.getMeasurementsCount());
+    assertEquals("Offset", e.getMeasurements(0).getName());
+    assertEquals(-1.0, e.getMeasurements(0).getValue());
+  }
+
+  @Test
+  void aRebirthReplacesTheAliases() {
+    MemoryDeviceStore store = new MemoryDeviceStore();
+    Policy p = policy("");
+    Message first = birth("b1", 1, "Temp", 1);
+    first.definitions.add(new Message.Definition(2L, "Pressure", "", 10));
+    batch(p, store, NOW, master(), first);
+    Message again = birth("b2", 2, "Flow", 1);
+    batch(p, store, NOW + 1, again);
+    assertEquals(java.util.Map.of(1L, "Flow"), Definitions.decode(store.definitions).names);
+    Message d = data("d", 3, 0);
+    d.pending.add(byAlias(1, 3.0));
+    assertEquals("Flow", events(batch(p, store, NOW + 2, d)).get(0).getMeasurements(0).getName());
+    Message gone = data("g", 4, 0);
+    gone.pending.add(byAlias(2, 1.0));
+    assertEquals("metric alias 2 is not defined by a birth certificate of this device",
+        deadLetters(batch(p, store, NOW + 3, gone)).get(0).getErrorMessage());
+  }
+
+  @Test
+  void definitionsSurviveTheStateRoundTrip() {
+    MemoryDeviceStore store = new MemoryDeviceStore();
+    batch(policy(""), store, NOW, master(), birth("b", 1, "Boiler/Temp", 1));
+    Definitions read = Definitions.decode(store.definitions);
+    assertEquals(java.util.Map.of(1L, "Boiler/Temp"), read.names);
+    assertEquals(new Definitions.Metric("degF", 10), read.metrics.get("Boiler/Temp"));
+    assertEquals(DEG_F, read.units.get("degF"));
+    assertArrayEquals(store.definitions, read.encode());
   }
 
   @Test
@@ -100,7 +157,7 @@ class SparkplugTest {
   }
 
   @Test
-  void aUnitPythonCouldNotConvertIsUnitUnknown() {
+  void aUnitTheHopCouldNotConvertIsUnitUnknown() {
     MemoryDeviceStore store = new MemoryDeviceStore();
     Message m = data("d", 1, 0);
     m.pending.add(new Message.Reading(null, "speed", 3.0, "furlong", null, 10));
