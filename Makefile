@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-images images lint protos descriptors baseline bench constraints clean
+.PHONY: install run test test-images images cluster lint protos descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; constraints.txt
 # pins the versions that were tested behind pyproject.toml's ranges.
@@ -49,6 +49,11 @@ images: $(STAMP) ## build both images with podman (bases made with mmdebstrap wi
 
 test-images: $(STAMP) $(JVM_STAMP) ## build both images, run them against a broker (marker images)
 	$(BIN)/pytest -m images tests/images $(ARGS)
+
+# A one-node Kubernetes for the `k8s` tests: Debian packages when missing, then Kubernetes,
+# etcd, helm and CoreDNS built once from pinned Go modules into .cluster/ (docs/deploy.md).
+cluster: $(STAMP) ## build the one-machine Kubernetes cluster's binaries (once; minutes)
+	$(BIN)/python scripts/cluster/build.py $(ARGS)
 
 lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 	$(BIN)/ruff check .
