@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-images images cluster lint protos descriptors baseline bench constraints clean
+.PHONY: install run test test-images images cluster test-k8s lint protos descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; constraints.txt
 # pins the versions that were tested behind pyproject.toml's ranges.
@@ -54,6 +54,10 @@ test-images: $(STAMP) $(JVM_STAMP) ## build both images, run them against a brok
 # etcd, helm and CoreDNS built once from pinned Go modules into .cluster/ (docs/deploy.md).
 cluster: $(STAMP) ## build the one-machine Kubernetes cluster's binaries (once; minutes)
 	$(BIN)/python scripts/cluster/build.py $(ARGS)
+
+test-k8s: $(STAMP) $(JVM_STAMP) ## the chart on a real one-node cluster (marker k8s; builds it first)
+	$(BIN)/python scripts/cluster/build.py
+	$(BIN)/pytest -m k8s tests/k8s $(ARGS)
 
 lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 	$(BIN)/ruff check .
