@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from scripts.cluster.cluster import COMPONENTS, Cluster
 from scripts.cluster.pins import BIN, IMAGES
+from tests.k8s.live import build_images
+from tests.k8s.release import Install, installed_release
 
 
 def _cannot_run() -> str | None:
@@ -47,3 +50,24 @@ def cluster() -> Iterator[Cluster]:
     yield cluster
     cluster.stop()
     assert not cluster.leftovers(), "the teardown left things behind"
+
+
+@pytest.fixture(scope="session")
+def images(cluster: Cluster) -> dict[str, float]:
+    """Both images built (``make images``, cached) and imported into the cluster's containerd."""
+    figures = build_images()
+    seconds = {}
+    for part in ("ingest", "enricher"):
+        started = time.monotonic()
+        cluster.import_podman_image(figures[part]["image"])
+        seconds[f"import_{part}_s"] = round(time.monotonic() - started, 1)
+    return seconds
+
+
+@pytest.fixture(scope="module")
+def installed(
+    cluster: Cluster, images: dict[str, float], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Install]:
+    """The chart installed for this module's tests (tests/k8s/release.py)."""
+    with installed_release(cluster, images, tmp_path_factory.mktemp("release")) as install:
+        yield install
