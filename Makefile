@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-slow test-images images lint protos docs descriptors baseline bench constraints clean
+.PHONY: install run test test-slow test-images images cluster test-k8s lint protos docs descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; ./dev is the
 # dev tooling (headwater-dev: the dev stack, the benchmarks), kept out of the headwater
@@ -53,6 +53,15 @@ images: $(STAMP) ## build both images with podman (bases made with mmdebstrap wi
 
 test-images: $(STAMP) $(JVM_STAMP) ## build both images, run them against a broker (marker images)
 	$(BIN)/pytest -m images tests/images $(ARGS)
+
+# A one-node Kubernetes for the `k8s` tests: Debian packages when missing, then Kubernetes,
+# etcd, helm and CoreDNS built once from pinned Go modules into .cluster/ (docs/deploy.md).
+cluster: $(STAMP) ## build the one-machine Kubernetes cluster's binaries (once; minutes)
+	$(BIN)/python scripts/cluster/build.py $(ARGS)
+
+test-k8s: $(STAMP) $(JVM_STAMP) ## the chart on a real one-node cluster (marker k8s; builds it first)
+	$(BIN)/python scripts/cluster/build.py
+	$(BIN)/pytest -m k8s tests/k8s $(ARGS)
 
 lint: $(STAMP) ## ruff, formatting, buf lint and mypy
 	$(BIN)/ruff check .

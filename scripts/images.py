@@ -62,7 +62,8 @@ DEBIAN_BASES = {
     "spark-os": {
         "packages": [
             *("python3", "python3-venv", "ca-certificates", "passwd"),
-            *("openjdk-17-jre-headless", "procps"),
+            # tini: PID 1 of Spark's Kubernetes pods (images/spark-base/entrypoint.sh).
+            *("openjdk-17-jre-headless", "procps", "tini"),
         ],
         "hook": 'chroot "$1" python3 -m venv /opt/python',
         "env": {"PATH": _PY_PATH},

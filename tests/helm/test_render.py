@@ -76,8 +76,11 @@ def test_each_values_set_renders_what_it_asks_for(rendered):
         },
         "dev": {"Deployment", "SparkApplication", "KafkaTopic", "PersistentVolumeClaim"},
         "minimal": {"Deployment", "Service", "ConfigMap"},
+        "operator-free": {"Deployment", "Job", "ConfigMap", "PersistentVolumeClaim", "Role"},
     }[name]
     assert expected <= kinds, expected - kinds
+    if name == "operator-free":
+        assert "SparkApplication" not in kinds
     if name == "defaults":
         # Add-ons beyond the Spark Operator stay off until asked for.
         assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "KafkaTopic"}
@@ -113,7 +116,9 @@ def test_pod_policies(rendered):
         where = f"{name}: {obj['kind']} {obj['metadata']['name']}"
         spec = pod_spec(obj)
         assert spec["securityContext"]["runAsNonRoot"] is True, where
-        assert spec.get("automountServiceAccountToken") is False, where
+        # Only Spark's submitter talks to the API server (it creates the driver pod).
+        talks_to_api = spec.get("serviceAccountName") == f"{RELEASE}-headwater-spark"
+        assert spec.get("automountServiceAccountToken") is (None if talks_to_api else False), where
         for c in spec["containers"]:
             image = c["image"]
             repository, _, tag = image.rpartition(":")
@@ -123,7 +128,7 @@ def test_pod_policies(rendered):
             assert sc["allowPrivilegeEscalation"] is False, where
             assert sc["readOnlyRootFilesystem"] is True, where
             assert sc["capabilities"]["drop"] == ["ALL"], where
-            if not is_hook(obj):
+            if not is_hook(obj) and obj["kind"] != "Job":  # a Job's pod serves nothing
                 assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(c), where
 
 

@@ -38,6 +38,8 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
     "production": yaml.safe_load((K8S / "values-production.yaml").read_text()),
     "dev": yaml.safe_load((K8S / "values-dev.yaml").read_text()),
     "minimal": MINIMAL,
+    # The enricher without the Spark Operator: spark-submit from a Job (docs/deploy.md).
+    "operator-free": {"enricher": {"runner": "sparkSubmit"}},
 }
 
 

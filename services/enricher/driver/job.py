@@ -15,7 +15,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
-from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -36,7 +35,10 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
     # Python workers must run this interpreter, the one with headwater installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    submitted = SparkConf().contains("spark.master")  # by spark-submit or the operator
+    # spark-submit (the operator calls it too) starts the JVM with its settings, spark.master
+    # among them, and hands Python the gateway; a SparkConf made before the context cannot
+    # see those settings, so the gateway is the sign.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if settings.spark_master:
         builder = builder.master(settings.spark_master)
     elif not submitted:
