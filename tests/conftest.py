@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import uuid
 from collections.abc import Callable, Iterator
 
+import hypothesis
 import pytest
 
 from headwater.kafka.admin import ensure_topics
@@ -16,6 +19,27 @@ from headwater_dev.devstack.broker import EmbeddedBroker
 #: The process guard fails a test that leaves a process running (tests/support/process_guard.py);
 #: pytester runs whole pytest sessions, to prove it.
 pytest_plugins = ["tests.support.ingest", "tests.support.process_guard", "pytester"]
+
+
+def _import_hypothesis_now() -> None:
+    """Import every module of hypothesis while the stack is shallow.
+
+    pytest rewrites the asserts of every module of a distribution that provides a pytest
+    plugin (hypothesis does), at import. Hypothesis imports some of its modules lazily, deep in
+    a running test (the shrinker, the optimiser), and CPython 3.11.7's ``ast.parse`` can then
+    fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905,
+    fixed in 3.11.8): a test failed that way. Importing them here parses them at depth ~0.
+    """
+    for module in pkgutil.walk_packages(hypothesis.__path__, "hypothesis."):
+        if module.name.startswith("hypothesis.extra."):
+            continue  # integrations with libraries we do not use
+        try:
+            importlib.import_module(module.name)
+        except Exception:  # optional parts whose libraries are absent
+            continue
+
+
+_import_hypothesis_now()
 
 
 @pytest.fixture(scope="session")
