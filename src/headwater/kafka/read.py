@@ -28,6 +28,17 @@ _CLIENT_LOG = logging.getLogger("headwater.kafka.read.client")
 _CLIENT_LOG.addHandler(logging.NullHandler())
 _CLIENT_LOG.propagate = False
 
+#: The consumer's prefetch queue per partition and its largest fetch, in KiB: they bound
+#: the client's memory (librdkafka's defaults: 64 MiB a partition, fetches of 50 MiB); a
+#: few MiB keep a loopback read as fast. A record larger than a fetch is still returned.
+PREFETCH_KBYTES = 8192
+
+#: The consumer configuration that bounds its buffers (``PREFETCH_KBYTES``).
+BOUNDED_FETCH = {
+    "queued.max.messages.kbytes": PREFETCH_KBYTES,
+    "fetch.max.bytes": PREFETCH_KBYTES * 1024,
+}
+
 #: The ``client.id`` role (and never-joined ``group.id``) of a read that names no other.
 READ_ROLE = "headwater-read"
 
@@ -89,13 +100,11 @@ def read_topic(
     errors: list[str] = []
     consumer = Consumer(
         settings.consumer_config(client_role, client_role)
+        | BOUNDED_FETCH
         | {
             # From the log start; should retention delete records under the read, from the
             # new start.
             "auto.offset.reset": "earliest",
-            # The prefetch queue bounds the client's memory (librdkafka's default: 64 MB a
-            # partition); a few MB keep a loopback read as fast.
-            "queued.max.messages.kbytes": 8192,
             "logger": _CLIENT_LOG,
             "error_cb": lambda err: errors.append(err.str()),
         }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
+import sys
 import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.errors import HeadwaterError
-from headwater.kafka.read import read_topic
+from headwater.kafka.read import BOUNDED_FETCH, read_topic
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.ops.progress import Progress
 from headwater.ops.render import escape
@@ -237,7 +238,11 @@ def _latest_letters(letters: Iterable[DeadLetterRecord]) -> dict[MessageKey, _La
     for record in letters:
         source = record.letter.source
         latest[record.message] = _Latest(
-            record.partition, record.offset, source.topic, source.partition, source.offset
+            record.partition,
+            record.offset,
+            sys.intern(source.topic),  # a few topics, not one string per message
+            source.partition,
+            source.offset,
         )
     return latest
 
@@ -282,6 +287,10 @@ class RedriveError(HeadwaterError, RuntimeError):
 #: How long a redrive waits for room in the producer's local queue before it gives up.
 QUEUE_WAIT_S = 60.0
 
+#: The producer's local queue, in KiB: a redrive of any size holds at most this much
+#: unacknowledged (librdkafka's default is 1 GiB); ``_produce`` waits for room.
+QUEUE_KBYTES = 16384
+
 
 #: Why a letter is not sent again; ``--force`` sends it anyway.
 ALREADY_REDRIVEN = "already redriven (add --force to send it again)"
@@ -305,7 +314,9 @@ def _redrives_in(
         RedriveError: The end was not reached within ``timeout_s``.
     """
     # The group is required by librdkafka but never joined: the partition is assigned.
-    consumer = Consumer(kafka.consumer_config("headwater-dlq", "headwater-dlq-redrive-check"))
+    consumer = Consumer(
+        kafka.consumer_config("headwater-dlq", "headwater-dlq-redrive-check") | BOUNDED_FETCH
+    )
     found: set[MessageKey] = set()
     checked = 0
     try:
@@ -424,7 +435,11 @@ def redrive(
         redriven = redriven_already(settings, eligible, progress=progress)
     chosen = limited(_only(letters, latest.values()), limit)
     del latest  # _only keeps the (partition, offset) pairs it needs
-    config = settings.producer_config("headwater-dlq-redrive") | (producer_overrides or {})
+    config = (
+        settings.producer_config("headwater-dlq-redrive")
+        | {"queue.buffering.max.kbytes": QUEUE_KBYTES}
+        | (producer_overrides or {})
+    )
     producer = None if dry_run else Producer(config)
     failures: list[str] = []
     sent = 0
