@@ -22,7 +22,6 @@ from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 
 INGEST = "ingest.telemetry.v1"
-PARTITIONS = 3  # of the ingest topics (the ingest_topics fixture)
 RSS_LIMIT_MB = 200
 
 
@@ -78,15 +77,19 @@ def _command(tmp_path: Path, *args: str) -> Run:
 
 
 def _ends(bootstrap: str) -> dict[int, int]:
-    """The ingest topic's end offsets, once its leaders are elected (a topic just created)."""
+    """The ingest topic's end offset per partition, once its leaders are elected.
+
+    Its partitions are counted, not assumed: another test may have created the topic first.
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "volume-test"})
     deadline = time.monotonic() + 60
     try:
         while True:
             try:
+                partitions = consumer.list_topics(INGEST, timeout=10).topics[INGEST].partitions
                 return {
                     p: consumer.get_watermark_offsets(TopicPartition(INGEST, p), timeout=10)[1]
-                    for p in range(PARTITIONS)
+                    for p in partitions
                 }
             except KafkaException:
                 if time.monotonic() > deadline:
@@ -100,17 +103,18 @@ def _write_letters(bootstrap: str, topic: str, count: int) -> None:
     """Write ``count`` dead letters of one fresh tenant, sourced past the ingest topic's end."""
     run_id = uuid.uuid4().hex[:8]
     ends = _ends(bootstrap)
+    partitions = len(ends)
     payload = b"{" + b'"t": 21.5, ' * 320 + b"}"  # ~3.5 KB, like a real letter
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"}
     )
     for i in range(count):
-        device, message_id, partition = f"dev-{i % 97}", f"m-{run_id}-{i}", i % PARTITIONS
+        device, message_id, partition = f"dev-{i % 97}", f"m-{run_id}-{i}", i % partitions
         letter = dead_letter_pb2.DeadLetter(
             message_id=message_id,
             device_id=device,
             source=completion_pb2.SourceRecord(
-                topic=INGEST, partition=partition, offset=ends[partition] + i // PARTITIONS
+                topic=INGEST, partition=partition, offset=ends[partition] + i // partitions
             ),
             original_value=device_message_pb2.DeviceMessage(
                 message_id=message_id, device_id=device, payload=payload
