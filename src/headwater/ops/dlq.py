@@ -160,7 +160,6 @@ def read_dead_letters(
     records = read_topic(
         resolve_kafka(kafka),
         topic,
-        client_role="headwater-dlq",
         require=require,
         connect_timeout_s=CONNECT_TIMEOUT_S,
     )
