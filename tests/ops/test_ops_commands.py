@@ -178,17 +178,21 @@ def test_dlq_redrive_dry_run_then_execute_with_audit_headers(kafka_bootstrap, to
     produce(kafka_bootstrap, dl_topic, [dead_letter("m9", "UNKNOWN_FORMAT", source_topic=target)])
     records = list(dlq.read_dead_letters(kafka_bootstrap, dl_topic))
     # Only ingest topics are redrive targets: a foreign source topic is skipped, not sent.
-    skipped = dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False)
+    skipped = list(dlq.redrive(kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False))
     assert skipped[0].skipped_reason == "source is not an ingest topic"
     letter = records[0].letter
     # A deployment's ingest topics (a prefixed name stands for them): the redrive target.
     ingest = (target,)
-    dry = dlq.redrive(
-        kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True, ingest_topics=ingest
+    dry = list(
+        dlq.redrive(
+            kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=True, ingest_topics=ingest
+        )
     )
     assert dry[0].sent is False and not dry[0].skipped_reason
-    sent = dlq.redrive(
-        kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False, ingest_topics=ingest
+    sent = list(
+        dlq.redrive(
+            kafka_bootstrap, records, "ops", "fixed normalizer", dry_run=False, ingest_topics=ingest
+        )
     )
     assert sent[0].sent is True
     found = [

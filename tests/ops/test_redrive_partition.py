@@ -68,8 +68,10 @@ def test_redriven_letters_land_on_their_devices_partition(kafka_bootstrap: str) 
     del producer
 
     records = list(dlq.read_dead_letters(kafka, letters_topic))
-    results = dlq.redrive(
-        kafka, records, "test", "partition check", dry_run=False, ingest_topics=(topic,)
+    results = list(
+        dlq.redrive(
+            kafka, records, "test", "partition check", dry_run=False, ingest_topics=(topic,)
+        )
     )
     assert [r.sent for r in results] == [True] * len(DEVICES)
 

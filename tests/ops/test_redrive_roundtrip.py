@@ -79,13 +79,15 @@ def test_redrive_round_trip_through_the_enricher(kafka_bootstrap: str, tmp_path:
         chosen = [
             r for r in dlq.read_dead_letters(kafka_bootstrap, topics.deadletter) if r.offset >= 0
         ]
-        sent = dlq.redrive(
-            kafka_bootstrap,
-            chosen,
-            by="oncall",
-            why="master data for dev-new added",
-            dry_run=False,
-            ingest_topics=topics.ingest,
+        sent = list(
+            dlq.redrive(
+                kafka_bootstrap,
+                chosen,
+                by="oncall",
+                why="master data for dev-new added",
+                dry_run=False,
+                ingest_topics=topics.ingest,
+            )
         )
         assert [r.sent for r in sent] == [True, True]
 

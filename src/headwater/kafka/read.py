@@ -12,6 +12,7 @@ waiting for an offset that no longer exists would only stop at its deadline.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,23 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from headwater.errors import HeadwaterError
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
+
+#: Where the client's own log lines go: nowhere a person reads. A read that fails says why in
+#: one ReadError (the client would log every reconnect attempt to stderr).
+_CLIENT_LOG = logging.getLogger("headwater.kafka.read.client")
+_CLIENT_LOG.addHandler(logging.NullHandler())
+_CLIENT_LOG.propagate = False
+
+#: The consumer's prefetch queue per partition and its largest fetch, in KiB: they bound
+#: the client's memory (librdkafka's defaults: 64 MiB a partition, fetches of 50 MiB); a
+#: few MiB keep a loopback read as fast. A record larger than a fetch is still returned.
+PREFETCH_KBYTES = 8192
+
+#: The consumer configuration that bounds its buffers (``PREFETCH_KBYTES``).
+BOUNDED_FETCH = {
+    "queued.max.messages.kbytes": PREFETCH_KBYTES,
+    "fetch.max.bytes": PREFETCH_KBYTES * 1024,
+}
 
 #: The ``client.id`` role (and never-joined ``group.id``) of a read that names no other.
 READ_ROLE = "headwater-read"
@@ -57,6 +75,7 @@ def read_topic(
     *,
     client_role: str = READ_ROLE,
     require: bool = False,
+    connect_timeout_s: float = 15.0,
 ) -> Iterator[Message]:
     """Yield every record of ``topic`` from the log start to its end (the high watermark).
 
@@ -65,23 +84,42 @@ def read_topic(
     Args:
         kafka: The connection (bootstrap servers alone: security from ``HEADWATER_KAFKA_*``).
         topic: The topic to read.
-        timeout_s: How long the whole read may take.
+        timeout_s: How long the read may go without a record (not counting the time the
+            caller spends between records: a long topic streamed to a slow reader is fine).
         client_role: Who reads: ``client.id`` role and the (never joined) ``group.id``.
         require: Raise :class:`TopicMissingError` when the topic does not exist (else: no records).
+        connect_timeout_s: How long to wait for the cluster's first answer (its metadata).
 
     Raises:
         TopicMissingError: ``require`` and the topic does not exist.
-        ReadError: The end was not reached within ``timeout_s``, or the broker refused the
-            read (authorization, a fatal client error).
+        ReadError: The cluster did not answer within ``connect_timeout_s``, the end was not
+            reached within ``timeout_s``, or the broker refused the read (authorization, a
+            fatal client error).
     """
     settings = resolve_kafka(kafka)
-    # From the log start; should retention delete records under the read, from the new start.
+    errors: list[str] = []
     consumer = Consumer(
-        settings.consumer_config(client_role, client_role) | {"auto.offset.reset": "earliest"}
+        settings.consumer_config(client_role, client_role)
+        | BOUNDED_FETCH
+        | {
+            # From the log start; should retention delete records under the read, from the
+            # new start.
+            "auto.offset.reset": "earliest",
+            "logger": _CLIENT_LOG,
+            "error_cb": lambda err: errors.append(err.str()),
+        }
     )
     deadline = time.monotonic() + timeout_s
     try:
-        metadata = consumer.list_topics(topic, timeout=min(15.0, timeout_s)).topics.get(topic)
+        try:
+            wait = min(connect_timeout_s, timeout_s)
+            metadata = consumer.list_topics(topic, timeout=wait).topics.get(topic)
+        except KafkaException as exc:
+            consumer.poll(0)  # serve the queued error callbacks: they say why
+            why = errors[-1] if errors else exc.args[0].str()
+            raise ReadError(
+                f"could not reach Kafka at {settings.bootstrap_servers} within {wait:.0f} s: {why}"
+            ) from None
         if metadata is None or metadata.error is not None:
             if require:
                 raise TopicMissingError(
@@ -102,7 +140,7 @@ def read_topic(
         while ends:
             if time.monotonic() > deadline:
                 raise ReadError(
-                    f"reading {topic} did not reach its end within {timeout_s:.0f} s "
+                    f"reading {topic}: no record for {timeout_s:.0f} s before its end "
                     f"(partitions not done: {sorted(ends)})"
                 )
             for msg in consumer.consume(1000, 0.2):
@@ -113,6 +151,7 @@ def read_topic(
                     continue
                 if (msg.offset() or 0) < ends.get(msg.partition() or 0, 0):
                     yield msg
+                    deadline = time.monotonic() + timeout_s
             for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
                 if tp.offset >= ends[tp.partition]:
                     ends.pop(tp.partition)

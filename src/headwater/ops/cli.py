@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from headwater.ops.dlq import DeadLetters
+    from headwater.ops.progress import Progress
 
 from headwater.kafka.options import add_kafka_options, kafka_from_args
 from headwater.topics import DEADLETTER_TOPIC
@@ -20,11 +26,6 @@ from headwater.topics import DEADLETTER_TOPIC
 def _kafka_and_json(parser: argparse.ArgumentParser) -> None:
     add_kafka_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
-
-
-def _when(text: str) -> datetime:
-    value = datetime.fromisoformat(text)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,24 +37,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
+    from headwater.ops.dlq import REASONS
+
     dlq = subparsers.add_parser(
         "dlq", help="inspect and redrive dead letters", description="Dead letters (deadletter.v1)."
     )
     commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
+    reasons = "reasons a dead letter carries:\n" + "\n".join(
+        f"  {reason:<21} {meaning}" for reason, meaning in REASONS.items()
+    )
     for name, helptext in (
         ("list", "list dead letters, one line each"),
         ("show", "show dead letters in full, with the original payload rendered"),
         ("redrive", "send dead letters back to their ingest topic (dry run unless --execute)"),
     ):
         cmd = commands.add_parser(
-            name, help=helptext, description=helptext[0].upper() + helptext[1:] + "."
+            name,
+            help=helptext,
+            description=helptext[0].upper() + helptext[1:] + ". The topic is streamed: "
+            "memory stays bounded whatever its size; progress goes to stderr.",
+            epilog=reasons,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _kafka_and_json(cmd)
-        cmd.add_argument("--reason", help="only this reason, e.g. UNKNOWN_FORMAT")
+        cmd.add_argument("--reason", help="only this reason (listed below)")
+        cmd.add_argument("--tenant", help="only this tenant (the source record's tenant header)")
         cmd.add_argument("--device", help="only this device id")
         cmd.add_argument("--message-id", action="append", help="only these message ids (repeat)")
-        cmd.add_argument("--since", type=_when, help="ISO time, e.g. 2026-11-22T10:00:00Z")
-        cmd.add_argument("--until", type=_when, help="ISO time")
+        for bound in ("since", "until"):
+            cmd.add_argument(
+                f"--{bound}",
+                help="ISO 8601 time with its offset, e.g. 2026-11-22T10:00:00Z or "
+                "2026-11-22T11:00:00+01:00 (without one: UTC, and it says so)",
+            )
+        cmd.add_argument("--limit", type=_count, help="at most this many letters")
+        cmd.add_argument(
+            "--progress-every",
+            type=_count,
+            default=10_000,
+            metavar="N",
+            help="report progress on stderr every N records (default 10000; 0: never)",
+        )
         cmd.add_argument("--topic", default=DEADLETTER_TOPIC, help="dead-letter topic")
         cmd.set_defaults(func=_dlq)
         if name == "redrive":
@@ -64,76 +88,144 @@ def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
             )
             cmd.add_argument(
                 "--force",
+                "--again",
                 action="store_true",
-                help="send letters that were redriven already too (default: skip them)",
+                help="send messages that were redriven already too, failed again or not "
+                "(default: skip them)",
             )
+        else:
+            cmd.add_argument(
+                "--latest", action="store_true", help="only the latest letter of each message"
+            )
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+class _BadInput(ValueError):
+    """An option an operator gave that cannot be used; the message says why."""
+
+
+def _when(option: str, text: str | None) -> datetime | None:
+    """Parse an ISO time; one without an offset is UTC, and stderr says so."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise _BadInput(
+            f"{option} {text!r} is no ISO 8601 time (e.g. 2026-11-22T10:00:00Z)"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+        print(
+            f"headwater dlq: {option} {text} has no offset: taken as UTC ({value.isoformat()})",
+            file=sys.stderr,
+        )
+    return value
 
 
 def _dlq(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
+    from headwater.errors import HeadwaterError
+
+    try:
+        return _dlq_command(args)
+    except (_BadInput, HeadwaterError, KafkaException) as exc:  # one line, not a traceback
+        print(f"headwater dlq {args.dlq_command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dlq_command(args: argparse.Namespace) -> int:
     from headwater.ops import dlq
+    from headwater.ops.progress import Progress
     from headwater.ops.render import emit, fields
 
-    chosen = dlq.select(
-        dlq.read_dead_letters(kafka_from_args(args), args.topic),
-        reason=args.reason,
-        device=args.device,
-        message_ids=set(args.message_id) if args.message_id else None,
-        since=args.since,
-        until=args.until,
+    command = f"headwater dlq {args.dlq_command}"
+    progress = Progress(command, args.progress_every)
+    letters = dlq.DeadLetters(
+        kafka_from_args(args),
+        args.topic,
+        dlq.Filters(
+            reason=args.reason,
+            tenant=args.tenant,
+            device=args.device,
+            message_ids=frozenset(args.message_id) if args.message_id else None,
+            since=_when("--since", args.since),
+            until=_when("--until", args.until),
+        ),
+        progress,
     )
+    if args.dlq_command == "redrive":
+        return _redrive(args, letters, progress)
+    chosen = dlq.limited(dlq.latest_per_message(letters) if args.latest else letters, args.limit)
     if args.dlq_command == "list":
         emit(
-            [r.as_row() for r in chosen],
-            ["offset", "time", "reason", "stage", "device", "message_id", "redrives"],
+            (r.as_row() for r in chosen),
+            ["offset", "time", "reason", "stage", "tenant", "device", "message_id", "redrives"],
             args.json,
         )
         return 0
-    if args.dlq_command == "show":
-        rows = [
-            {
-                **r.as_row(),
-                "headers": {h.key: dlq.readable(h.value, 200) for h in r.letter.original_headers},
-                "payload": dlq.readable(_payload_of(r.letter.original_value)),
-                "redrive_history": [
-                    f"{x.redriven_time.ToDatetime(UTC).isoformat()} by {x.by}: {x.reason}"
-                    for x in r.letter.redrives
-                ],
-            }
-            for r in chosen
-        ]
-        if args.json:
-            emit(rows, [], True)
-        else:
-            for row in rows:
-                print(fields(row), end="\n\n")  # escaped: payload text reaches the terminal
-        return 0
-    try:
-        results = dlq.redrive(
-            kafka_from_args(args),
-            chosen,
-            args.by,
-            args.why,
-            dry_run=not args.execute,
-            force=args.force,
-        )
-    except (dlq.RedriveError, KafkaException) as exc:  # an operator's error, not a traceback
-        print(f"headwater dlq redrive: {exc}", file=sys.stderr)
-        return 1
+    rows = (
+        {
+            **r.as_row(),
+            "headers": {h.key: dlq.readable(h.value, 200) for h in r.letter.original_headers},
+            "payload": dlq.readable(_payload_of(r.letter.original_value)),
+            "redrive_history": [
+                f"{x.redriven_time.ToDatetime(UTC).isoformat()} by {x.by}: {x.reason}"
+                for x in r.letter.redrives
+            ],
+        }
+        for r in chosen
+    )
+    if args.json:
+        emit(rows, [], True)
+    else:
+        for row in rows:
+            print(fields(row), end="\n\n")  # escaped: payload text reaches the terminal
+    return 0
+
+
+def _redrive(args: argparse.Namespace, letters: DeadLetters, progress: Progress) -> int:
+    from headwater.ops import dlq
+    from headwater.ops.render import emit
+
+    counts = {"selected": 0, "would send": 0, "again": 0}
+
+    def counted(results: Iterable[dlq.RedriveResult]) -> Iterator[dict[str, object]]:
+        for r in results:
+            counts["selected"] += 1
+            counts["would send"] += not r.skipped_reason
+            counts["again"] += r.skipped_reason == dlq.ALREADY_REDRIVEN
+            yield r.__dict__
+
+    results = dlq.redrive(
+        kafka_from_args(args),
+        letters,
+        args.by,
+        args.why,
+        dry_run=not args.execute,
+        force=args.force,
+        limit=args.limit,
+        progress=progress,
+    )
     emit(
-        [r.__dict__ for r in results],
+        counted(results),
         ["message_id", "device_id", "topic", "sent", "skipped_reason"],
         args.json,
     )
     if args.execute:
-        done = f"sent {sum(r.sent for r in results)}"
+        done = f"sent {counts['would send']}"
     else:
-        done = f"dry run, would send {sum(not r.skipped_reason for r in results)} (add --execute)"
-    again = sum(r.skipped_reason == dlq.ALREADY_REDRIVEN for r in results)
-    if again:
-        done += f"; {again} skipped as redriven already (--force sends them again)"
-    print(f"{done}; {len(results)} selected", file=sys.stderr)
+        done = f"dry run, would send {counts['would send']} (add --execute)"
+    if counts["again"]:
+        done += f"; {counts['again']} skipped as redriven already (--force sends them again)"
+    print(f"{done}; {counts['selected']} selected (latest letter of each message)", file=sys.stderr)
     return 0
 
 
