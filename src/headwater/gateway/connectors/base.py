@@ -90,15 +90,15 @@ class Sink:
         messages: Sequence[NewMessage],
         can_wait: bool,
         stop: asyncio.Event,
-    ) -> bool:
-        """Spool ``messages`` in one transaction; True once they are on disk.
+    ) -> int:
+        """Spool ``messages`` in order; return how many of them (from the first) are on disk.
 
         A source that ``can_wait`` (it keeps the data until we acknowledge it) waits for
-        room under the ``backpressure`` policy; False means ``stop`` came first and
-        nothing was spooled (do not acknowledge). Everything else makes room by dropping
-        the oldest messages, counted in the spool and logged here. A message bigger than
-        the whole spool can never fit: it is logged, counted as refused, and True is
-        returned so the source does not offer it forever.
+        room under the ``backpressure`` policy; fewer than all means ``stop`` came first:
+        acknowledge only those. Everything else makes room by dropping the oldest
+        messages, counted in the spool and logged here. A message bigger than the whole
+        spool can never fit: it is logged, counted as refused, and counted here as done
+        so the source does not offer it forever.
         """
         waiting = self._policy == "backpressure" and can_wait
         logged = False
@@ -108,38 +108,40 @@ class Sink:
                     endpoint, messages, "refuse" if waiting else "drop_oldest"
                 )
             except SpoolFullError as exc:
+                if exc.message_bytes > exc.max_bytes and len(messages) > 1:
+                    # The batch alone outsizes the spool: in halves, in order.
+                    half = len(messages) // 2
+                    done = await self.put(connector, endpoint, messages[:half], can_wait, stop)
+                    if done < half:
+                        return done
+                    return half + await self.put(
+                        connector, endpoint, messages[half:], can_wait, stop
+                    )
                 if exc.message_bytes > exc.max_bytes or not waiting:
                     log.error(
                         "message larger than the spool: not spooled",
                         extra={"connector": connector, "message_bytes": exc.message_bytes},
                     )
-                    return True
+                    return len(messages)
                 if not logged:
                     log.warning(
                         "spool full: holding data unacknowledged at the source until there is room",
-                        extra={
-                            "connector": connector,
-                            "used_bytes": exc.used_bytes,
-                            "max_bytes": exc.max_bytes,
-                            "messages": len(messages),
-                        },
-                    )
+                        extra={"connector": connector, "used_bytes": exc.used_bytes,
+                               "max_bytes": exc.max_bytes, "messages": len(messages)},
+                    )  # fmt: skip
                     logged = True
                 if await _wait(stop, self._retry_s * (0.5 + random.random())):
-                    return False
+                    return 0
                 continue
             if enqueued.dropped or enqueued.expired:
                 log.warning(
                     "spool full: dropped the oldest messages to make room",
-                    extra={
-                        "connector": connector,
-                        "dropped": len(enqueued.dropped),
-                        "expired": enqueued.expired,
-                    },
-                )
+                    extra={"connector": connector, "dropped": len(enqueued.dropped),
+                           "expired": enqueued.expired},
+                )  # fmt: skip
             if logged:
                 log.info("spool has room again", extra={"connector": connector})
-            return True
+            return len(messages)
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
