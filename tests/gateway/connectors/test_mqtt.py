@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
 import sqlite3
 import uuid
@@ -50,11 +49,6 @@ async def publish(broker: Mosquitto, messages: list[tuple[str, bytes]], qos: int
     async with aiomqtt.Client("127.0.0.1", broker.port, identifier=uuid.uuid4().hex) as client:
         for topic, payload in messages:
             await client.publish(topic, payload, qos=qos)
-
-
-@pytest.fixture(autouse=True)
-def _gateway_logs(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "headwater.gateway")
 
 
 async def subscribed(caplog: pytest.LogCaptureFixture) -> None:
