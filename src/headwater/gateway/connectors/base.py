@@ -126,25 +126,32 @@ class Sink:
                 if not logged:
                     log.warning(
                         "spool full: holding data unacknowledged at the source until there is room",
-                        extra={"connector": connector, "used_bytes": exc.used_bytes,
-                               "max_bytes": exc.max_bytes, "messages": len(messages)},
-                    )  # fmt: skip
+                        extra={
+                            "connector": connector,
+                            "used_bytes": exc.used_bytes,
+                            "max_bytes": exc.max_bytes,
+                            "messages": len(messages),
+                        },
+                    )
                     logged = True
-                if await _wait(stop, self._retry_s * (0.5 + random.random())):
+                if await wait_for(stop, self._retry_s * (0.5 + random.random())):
                     return 0
                 continue
             if enqueued.dropped or enqueued.expired:
                 log.warning(
                     "spool full: dropped the oldest messages to make room",
-                    extra={"connector": connector, "dropped": len(enqueued.dropped),
-                           "expired": enqueued.expired},
-                )  # fmt: skip
+                    extra={
+                        "connector": connector,
+                        "dropped": len(enqueued.dropped),
+                        "expired": enqueued.expired,
+                    },
+                )
             if logged:
                 log.info("spool has room again", extra={"connector": connector})
             return len(messages)
 
 
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
+async def wait_for(event: asyncio.Event, seconds: float) -> bool:
     """Wait up to ``seconds`` for ``event``; True when it is set."""
     try:
         await asyncio.wait_for(event.wait(), seconds)
@@ -189,4 +196,4 @@ class Backoff:
         """Sleep the next delay; True when ``stop`` was set meanwhile."""
         ceiling = min(self.max_s, self.initial_s * 2**self._attempt)
         self._attempt = min(self._attempt + 1, 16)
-        return await _wait(stop, random.uniform(ceiling / 2, ceiling))
+        return await wait_for(stop, random.uniform(ceiling / 2, ceiling))

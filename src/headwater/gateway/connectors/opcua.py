@@ -64,8 +64,9 @@ class OpcUaConnector(Connector):
                     lost_at = await self._session(stop, lost_at, backoff)
                 except (OSError, TimeoutError, ua.UaError) as exc:
                     self.health.error(f"OPC UA server: {exc!r}")
-                    log.warning("OPC UA session failed",
-                                extra={"connector": self.name, "error": repr(exc)})  # fmt: skip
+                    log.warning(
+                        "OPC UA session failed", extra={"connector": self.name, "error": repr(exc)}
+                    )
                     lost_at = lost_at or datetime.now(UTC)
                 if await backoff.sleep(stop):
                     break
@@ -85,8 +86,12 @@ class OpcUaConnector(Connector):
             client.set_user(c.username)
             client.set_password(c.password or "")
         if c.security.policy != "None":
-            parts = [c.security.policy, c.security.mode, str(c.security.certificate),
-                     str(c.security.private_key)]  # fmt: skip
+            parts = [
+                c.security.policy,
+                c.security.mode,
+                str(c.security.certificate),
+                str(c.security.private_key),
+            ]
             if c.security.server_certificate:
                 parts.append(str(c.security.server_certificate))
             await client.set_security_string(",".join(parts))
@@ -113,16 +118,23 @@ class OpcUaConnector(Connector):
             for (_, item), result in zip(self._fields.items(), results, strict=True):
                 if isinstance(result, ua.StatusCode):
                     self.health.error(f"{item.node_id}: {result.name}")
-                    log.error("monitored item refused by the server",
-                              extra={"connector": self.name, "node_id": item.node_id,
-                                     "status": result.name})  # fmt: skip
+                    log.error(
+                        "monitored item refused by the server",
+                        extra={
+                            "connector": self.name,
+                            "node_id": item.node_id,
+                            "status": result.name,
+                        },
+                    )
             self._client = client
             self.health.connected = True
             backoff.reset()
             if lost_at is not None:
                 await self._mark_gap(lost_at, datetime.now(UTC))
-            log.info("subscribed on the OPC UA server",
-                     extra={"connector": self.name, "items": len(self._fields)})  # fmt: skip
+            log.info(
+                "subscribed on the OPC UA server",
+                extra={"connector": self.name, "items": len(self._fields)},
+            )
             waiter = asyncio.create_task(lost.wait())
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -145,8 +157,13 @@ class OpcUaConnector(Connector):
             "data gap: values of the OPC UA server may be missing between lost and back",
             extra={"connector": self.name, "lost": lost.isoformat(), "back": back.isoformat()},
         )
-        payload = opcua_json.gap(self.config.publisher_id, self._next_sequence(),
-                                 [i.field for i in self.config.items], lost, back)  # fmt: skip
+        payload = opcua_json.gap(
+            self.config.publisher_id,
+            self._next_sequence(),
+            [i.field for i in self.config.items],
+            lost,
+            back,
+        )
         await self._changes.put(self._message(payload, {"gap-start": opcua_json.iso(lost) or ""}))
 
     async def datachange_notification(self, node: Any, val: Any, data: DataChangeNotif) -> None:
@@ -159,25 +176,38 @@ class OpcUaConnector(Connector):
         variant = dv.Value
         type_id = variant.VariantType.value if variant is not None else 0
         payload = opcua_json.data_change(
-            self.config.publisher_id, handle, self._next_sequence(), item.field, type_id,
-            val, dv.StatusCode.value if dv.StatusCode else 0, dv.SourceTimestamp,
+            self.config.publisher_id,
+            handle,
+            self._next_sequence(),
+            item.field,
+            type_id,
+            val,
+            dv.StatusCode.value if dv.StatusCode else 0,
+            dv.SourceTimestamp,
             dv.ServerTimestamp,
-        )  # fmt: skip
+        )
         await self._changes.put(self._message(payload, None))
 
     def status_change_notification(self, status: ua.StatusChangeNotification) -> None:
         """Called by asyncua when the subscription's status changes (it timed out, say)."""
         self.health.error(f"subscription status {status.Status}")
-        log.warning("OPC UA subscription status changed",
-                    extra={"connector": self.name, "status": str(status.Status)})  # fmt: skip
+        log.warning(
+            "OPC UA subscription status changed",
+            extra={"connector": self.name, "status": str(status.Status)},
+        )
 
     def _next_sequence(self) -> int:
         self._sequence = (self._sequence + 1) % 65536  # a UInt16 in the standard
         return self._sequence
 
     def _message(self, payload: bytes, attributes: dict[str, str] | None) -> NewMessage:
-        return NewMessage(self.config.device_id, opcua_json.CONTENT_TYPE, payload,
-                          int(time.time() * 1000), attributes)  # fmt: skip
+        return NewMessage(
+            self.config.device_id,
+            opcua_json.CONTENT_TYPE,
+            payload,
+            int(time.time() * 1000),
+            attributes,
+        )
 
     async def _pump(self, stop: asyncio.Event) -> None:
         """Spool queued changes in batches until stop (then what is queued, too)."""
@@ -212,9 +242,9 @@ class OpcUaConnector(Connector):
         if command.name == "write":
             if not isinstance(args, dict) or args.get("node_id") not in self.config.writable:
                 raise RejectCommand(
-                    "NOT_WRITABLE", f'write needs {{"node_id": one of {list(self.config.writable)}'
-                    ', "value": ...}'
-                )  # fmt: skip
+                    "NOT_WRITABLE",
+                    f'write needs {{"node_id": one of {list(self.config.writable)}, "value": ...}}',
+                )
             node = client.get_node(args["node_id"])
             vtype = await node.read_data_type_as_variant_type()
             await node.write_value(ua.DataValue(ua.Variant(args.get("value"), vtype)))
@@ -244,8 +274,9 @@ def _request(handle: int, item: MonitoredItem) -> ua.MonitoredItemCreateRequest:
             DeadbandValue=item.deadband_value,
         )
     return ua.MonitoredItemCreateRequest(
-        ItemToMonitor=ua.ReadValueId(NodeId=ua.NodeId.from_string(item.node_id),
-                                     AttributeId=ua.AttributeIds.Value),
+        ItemToMonitor=ua.ReadValueId(
+            NodeId=ua.NodeId.from_string(item.node_id), AttributeId=ua.AttributeIds.Value
+        ),
         MonitoringMode=ua.MonitoringMode.Reporting,
         RequestedParameters=params,
-    )  # fmt: skip
+    )
