@@ -42,10 +42,9 @@ class Mosquitto:
             f"persistence_location {workdir}/\n"
             f"max_queued_messages {max_queued}\n"
             "max_inflight_messages 100\n"
-            "log_dest stderr\n"
+            "log_dest stderr\n" + ("user root\n" if os.geteuid() == 0 else "")
             # Run as root (CI's containers), it would switch to the user mosquitto, who
             # cannot write its persistence file into the test's folder.
-            + ("user root\n" if os.geteuid() == 0 else "")
         )
         self._proc: subprocess.Popen[bytes] | None = None
 
