@@ -15,9 +15,9 @@ from headwater.runtime.signals import interrupt_on_stop
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``gateway stats`` and ``gateway drain``."""
+    """Add ``gateway stats``, ``drain``, ``run`` and ``check-config``."""
     gateway = subparsers.add_parser(
-        "gateway", help="a gateway's spool: stats, rejected messages, drain"
+        "gateway", help="the edge gateway (run, check-config) and its spool (stats, drain)"
     )
     sub = gateway.add_subparsers(dest="gateway_command", required=True, metavar="COMMAND")
     stats = sub.add_parser(
@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     drain.add_argument("--batch", action="store_true", help="batch calls instead of a stream")
     drain.add_argument("--within", type=float, default=300.0, help="give up after SECONDS")
     drain.set_defaults(func=_drain)
+    from headwater.gateway.app import cli as app_cli  # the edge gateway: run, check-config
+
+    app_cli.register(sub)
 
 
 def _stats(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from headwater.gateway.commands import CommandHandler, CommandReceiver, Idempote
 from headwater.gateway.config import GatewayConfig, TlsConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
-from headwater.gateway.records import ENDPOINTS, Enqueued, NewMessage
+from headwater.gateway.records import ENDPOINTS, Enqueued, NewMessage, WhenFull
 from headwater.gateway.sender import EndpointSender
 from headwater.gateway.spool import Spool
 
@@ -115,10 +115,15 @@ class GatewayClient:
         new = NewMessage(device_id, content_type, payload, device_time_ms, attributes)
         return await self.enqueue_many(endpoint, [new])
 
-    async def enqueue_many(self, endpoint: str, messages: Iterable[NewMessage]) -> Enqueued:
-        """Spool messages in one transaction (one disk flush) and wake the sender."""
+    async def enqueue_many(
+        self, endpoint: str, messages: Iterable[NewMessage], when_full: WhenFull | None = None
+    ) -> Enqueued:
+        """Spool messages in one transaction (one disk flush) and wake the sender.
+
+        ``when_full`` overrides the spool's policy for this call (see :meth:`Spool.enqueue_many`).
+        """
         batch = list(messages)
-        enqueued = await asyncio.to_thread(self.spool.enqueue_many, endpoint, batch)
+        enqueued = await asyncio.to_thread(self.spool.enqueue_many, endpoint, batch, when_full)
         self._wake[endpoint].set()
         return enqueued
 

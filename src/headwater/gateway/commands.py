@@ -332,7 +332,7 @@ class CommandReceiver:
             extra={
                 "command_id": command.command_id,
                 "device_id": command.device_id,
-                "name": command.name,
+                "command": command.name,  # not "name": a LogRecord attribute (KeyError)
                 "state": model.state_name(state),
                 "reason": reason,
             },

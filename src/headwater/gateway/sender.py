@@ -188,7 +188,10 @@ class EndpointSender:
                     await _bounded(call.write(frame), cfg.call_timeout_s, "stream write")
                 if not inflight:
                     if stop.is_set():
-                        await _bounded(call.done_writing(), cfg.call_timeout_s, "stream close")
+                        # Nothing is in flight; a call that failed already (server
+                        # unreachable) raises grpc's internal ExecuteBatchError on close.
+                        with contextlib.suppress(Exception):
+                            await _bounded(call.done_writing(), cfg.call_timeout_s, "stream close")
                         return
                     cursor = 0  # nothing in flight: every spooled message is eligible again
                     await self._idle(stop, read)

@@ -32,6 +32,7 @@ from headwater.gateway.records import (
     Rejected,
     SpoolLimits,
     SpoolStats,
+    WhenFull,
 )
 from headwater.gateway.schema import upgrade
 from headwater.ids import uuid7
@@ -138,14 +139,17 @@ class Spool:
         new = NewMessage(device_id, content_type, payload, device_time_ms, attributes)
         return self.enqueue_many(endpoint, [new])
 
-    def enqueue_many(self, endpoint: str, messages: Iterable[NewMessage]) -> Enqueued:
+    def enqueue_many(
+        self, endpoint: str, messages: Iterable[NewMessage], when_full: WhenFull | None = None
+    ) -> Enqueued:
         """Spool several messages in one transaction (one fsync): all or none.
 
         What :meth:`enqueue` does, for gateways with high rates: a commit per message
-        costs a disk flush each (docs/benchmarks.md, gateway spool).
+        costs a disk flush each (docs/benchmarks.md, gateway spool). ``when_full``
+        overrides the limits' policy for this call (a source that can wait refuses).
         """
         batch = list(messages)
-        enqueued = self.enqueue_if(endpoint, lambda _db: batch, len(batch))
+        enqueued = self.enqueue_if(endpoint, lambda _db: batch, len(batch), when_full)
         return enqueued or Enqueued((), (), 0)
 
     def enqueue_if(
@@ -153,6 +157,7 @@ class Spool:
         endpoint: str,
         step: Callable[[sqlite3.Connection], list[NewMessage]],
         expected: int = 1,
+        when_full: WhenFull | None = None,
     ) -> Enqueued | None:
         """Run ``step`` and spool the messages it returns: one transaction.
 
@@ -174,7 +179,7 @@ class Spool:
                 for new, sequence in zip(batch, sequences, strict=True)
             )
             rows = [(m.message_id, endpoint, m.SerializeToString(), now) for m in spooled]
-            self._insert_all(rows, dropped)
+            self._insert_all(rows, dropped, when_full or self.limits.when_full)
         return Enqueued(spooled, tuple(dropped), expired)
 
     def execute(self, sql: str, params: tuple[object, ...] = ()) -> int:
@@ -228,7 +233,7 @@ class Spool:
             ).fetchone()
             if not pending:
                 row = (message.message_id, endpoint, message.SerializeToString(), now)
-                self._insert_all([row], dropped)
+                self._insert_all([row], dropped, self.limits.when_full)
         return Enqueued(() if pending else (message,), tuple(dropped), expired)
 
     @contextlib.contextmanager
@@ -254,7 +259,9 @@ class Spool:
                 self._count("refused", messages)
             raise
 
-    def _insert_all(self, rows: list[tuple[str, str, bytes, int]], dropped: list[str]) -> None:
+    def _insert_all(
+        self, rows: list[tuple[str, str, bytes, int]], dropped: list[str], when_full: WhenFull
+    ) -> None:
         """Insert (message_id, endpoint, envelope, enqueued_ms) rows, making room by policy."""
         limit = self._outbox_limit(sum(len(row[2]) for row in rows))
         sizes = [len(row[2]) for row in rows]
@@ -263,11 +270,11 @@ class Spool:
             if size > limit:
                 raise SpoolFullError(self.path, self._bytes, limit, size)
         if self._bytes + total > limit:
-            if self.limits.when_full == "refuse":
+            if when_full == "refuse":
                 raise SpoolFullError(self.path, self._bytes, limit, total)
             if total > limit:  # the batch pushes out its own first messages: one at a time
                 for row in rows:
-                    self._insert_all([row], dropped)
+                    self._insert_all([row], dropped, when_full)
                 return
             self._drop_oldest(self._bytes + total - limit, dropped)
         self._db.executemany(

@@ -1,0 +1,1 @@
+"""The edge gateway program: its config file, runner and health (``headwater gateway run``)."""

@@ -1,0 +1,1 @@
+"""Connectors: MQTT (Sparkplug B and JSON), OPC UA and Modbus TCP sources feeding the spool."""
