@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.errors import HeadwaterError
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
@@ -33,7 +34,7 @@ CLI = [sys.executable, "-m", "headwater.cli"]
 LOG_TAIL_LINES = 15
 
 
-class PartFailedError(RuntimeError):
+class PartFailedError(HeadwaterError, RuntimeError):
     """A piece of the stack exited or did not get ready; ``part`` names it, ``log`` its log."""
 
     def __init__(self, part: str, reason: str, log: Path) -> None:

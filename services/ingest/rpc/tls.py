@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from headwater.errors import HeadwaterError
 from headwater.ingest.settings import IngestSettings
 
 #: The variable that names a TLS file, in errors so an operator knows what to change.
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 _Signature = tuple[tuple[int, int, int], ...]
 
 
-class TlsFilesError(RuntimeError):
+class TlsFilesError(HeadwaterError, RuntimeError):
     """The TLS files cannot be used; the message names the file and the problem."""
 
 
