@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from headwater.ingest.settings import IngestSettings
 
-#: Read outside the settings classes; listed in ``serve --help`` beside them.
-LOGGING_VARIABLES = {"HEADWATER_LOG_LEVEL": "INFO"}
 #: Bytes of randomness in a token from ``new-token`` (256 bits, like the dev stack's).
 TOKEN_BYTES = 32
 
@@ -24,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ingest`` command group."""
     from headwater.ingest.commands.settings import CommandSettings
     from headwater.ingest.settings import IngestSettings
+    from headwater.kafka.options import add_kafka_options
+    from headwater.runtime.logs import LogSettings
     from headwater.runtime.startup import EnvHelpFormatter, env_help
 
     ingest = subparsers.add_parser(
@@ -36,14 +36,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="serve the IngestService until SIGTERM",
         description=(
-            "Serve the IngestService. Configuration comes from the environment variables "
-            "below (the README's settings table explains each); the standard OTEL_* "
+            "Serve the IngestService. Configuration comes from the flags and the environment "
+            "variables below (a flag wins; the README's settings table explains each); the "
+            "standard OTEL_* "
             "variables configure telemetry. Exits 2 with one line on stderr when it cannot "
             "start (a bad setting, tokens file or TLS file)."
         ),
-        epilog=env_help(IngestSettings.from_env, CommandSettings.from_env, extra=LOGGING_VARIABLES),
+        epilog=env_help(IngestSettings.from_env, CommandSettings.from_env, LogSettings.from_env),
         formatter_class=EnvHelpFormatter,
     )
+    IngestSettings.add_arguments(serve)
+    add_kafka_options(serve)
     serve.set_defaults(func=_serve)
     token = commands.add_parser(
         "hash-token",
@@ -79,12 +82,8 @@ def preflight(settings: IngestSettings) -> None:
     """
     from headwater.runtime.startup import StartupError, require_readable
 
-    files = (
-        ("HEADWATER_INGEST_TLS_CERT_FILE", settings.tls_cert_file),
-        ("HEADWATER_INGEST_TLS_KEY_FILE", settings.tls_key_file),
-        ("HEADWATER_INGEST_TLS_CLIENT_CA_FILE", settings.tls_client_ca_file),
-    )
-    for name, path in files:
+    for field in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        name, path = settings.variable(field), getattr(settings, field)
         if path:
             require_readable(name, path)
             with open(path, "rb") as f:
@@ -99,9 +98,10 @@ def _check_tokens_file(path: str) -> None:
     import yaml
 
     from headwater.ingest.admission.auth import parse_tokens
+    from headwater.ingest.settings import IngestSettings
     from headwater.runtime.startup import StartupError, require_readable
 
-    name = "HEADWATER_INGEST_TOKENS_FILE"
+    name = IngestSettings.variable("tokens_file")
     require_readable(name, path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -113,7 +113,7 @@ def _check_tokens_file(path: str) -> None:
         raise StartupError(f"{name}={path}: {' '.join(str(exc).split())}") from None
 
 
-def _serve(_args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:
     from headwater.ingest import event_loop
     from headwater.ingest.rpc.server import serve
     from headwater.ingest.settings import IngestSettings
@@ -121,7 +121,7 @@ def _serve(_args: argparse.Namespace) -> int:
 
     configure_logging()
     # SettingError and StartupError end in one line (headwater.cli.main).
-    settings = IngestSettings.from_env()
+    settings = IngestSettings.from_args(args)
     preflight(settings)
     event_loop.run(serve(settings), settings.event_loop)
     return 0

@@ -1,6 +1,9 @@
 """The errors of the ingest service: one root, each carrying what a caller needs to act.
 
-``status.py`` turns them into gRPC statuses and per-message results, in one place.
+:class:`IngestError` is a :class:`~headwater.errors.HeadwaterError`; ``retriable`` is True
+exactly for the errors answered UNAVAILABLE, DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED (the
+codes a gateway retries on). ``status.py`` turns them into gRPC statuses and per-message
+results, in one place.
 """
 
 from __future__ import annotations
@@ -9,14 +12,14 @@ from collections.abc import Sequence
 
 import grpc
 
+from headwater.errors import HeadwaterError
 
-class IngestError(Exception):
+
+class IngestError(HeadwaterError):
     """Root of every error the ingest service answers with."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     reason: str = "INTERNAL"
-    #: Sending the same message again later may succeed.
-    retriable: bool = False
     #: Errors of the infrastructure (broker, overload, shutdown), not of one message.
     infrastructure: bool = False
 
@@ -78,8 +81,8 @@ class OverloadedError(IngestError):
         message: str,
         *,
         retry_delay_s: float,
-        limit: str = "max_inflight_bytes",
-        setting: str = "HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
+        limit: str,
+        setting: str,
         limit_value: int = 0,
         subject: str = "ingest-process",
     ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,39 @@ def test_errors_callers_caught_as_builtins_still_are():
     assert issubclass(SettingError, ValueError)
     assert issubclass(SubscriberError, RuntimeError)
     assert CallFailedError.retriable is True
+
+
+#: The ingest service and the dev tooling (the enricher is converted on its own branch).
+SERVICE_PACKAGES = ("headwater.ingest", "headwater_dev")
+#: Not errors: control flow inside one module, never seen by a caller.
+SIGNALS = {"headwater_dev.devstack.supervisor._Stopped"}
+
+
+def _modules_of(package: str) -> list[str]:
+    path = importlib.import_module(package).__path__
+    return [package, *(m.name for m in pkgutil.walk_packages(path, package + "."))]
+
+
+def test_the_ingest_service_and_dev_tooling_errors_are_headwater_errors():
+    names = [name for package in SERVICE_PACKAGES for name in _modules_of(package)]
+    errors = [cls for name in names for cls in _errors_defined_in(name)]
+    assert len(errors) >= 15, errors  # the walk sees them
+    outside = [
+        f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, HeadwaterError)
+    ]
+    assert sorted(outside) == sorted(SIGNALS)
+
+
+def test_the_ingest_and_dev_errors_callers_catch_as_builtins_still_are():
+    from headwater.ingest.admission.auth import TokensFileError
+    from headwater.ingest.rpc.tls import TlsFilesError
+    from headwater.ingest.writers.produce_errors import Kind, ProduceError
+    from headwater_dev.devstack.processes import PartFailedError
+    from headwater_dev.devstack.status_file import StackRunningError
+
+    assert issubclass(TokensFileError, ValueError)
+    assert issubclass(TlsFilesError, RuntimeError)
+    assert issubclass(PartFailedError, RuntimeError) and issubclass(StackRunningError, RuntimeError)
+    assert ProduceError(Kind.RETRIABLE, "broker down").retriable is True
+    assert ProduceError(Kind.TIMEOUT, "no ack").retriable is True
+    assert ProduceError(Kind.TOO_LARGE, "too big").retriable is False

@@ -100,7 +100,7 @@ async def test_resource_exhausted_pushback_is_honoured_and_nothing_is_lost(
     # A budget of ~1 frame: concurrent frames get RESOURCE_EXHAUSTED with a RetryInfo delay.
     delay_s = 0.3
     tight = dataclasses.replace(
-        ingest_settings, max_inflight_bytes=4096, overload_retry_delay_ms=int(delay_s * 1000)
+        ingest_settings, max_inflight_bytes=4096, overload_retry_delay_s=delay_s
     )
     running = await start_ingest(tight)
     seen: list[tuple[float, DeliveryReport]] = []

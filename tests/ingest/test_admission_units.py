@@ -116,7 +116,7 @@ async def test_bodies_being_read_count_at_the_largest_size_not_a_trainable_estim
             max_request_bytes=4 * mib,
             gateway_rate_bytes_per_second=0,
             gateway_max_inflight_bytes=0,
-            overload_retry_delay_ms=100,
+            overload_retry_delay_s=0.1,
         )
     )
     for _ in range(100):  # train the size estimate down to ~80 bytes
@@ -156,7 +156,7 @@ async def test_a_read_waits_for_room_in_line_and_is_refused_if_none_comes():
             max_inflight_bytes=1000,
             max_request_bytes=600,
             gateway_max_inflight_bytes=0,
-            overload_retry_delay_ms=2000,
+            overload_retry_delay_s=2.0,
         )
     )
     first, second = GW, Gateway("gw-2", "t", ("*",))
@@ -199,7 +199,7 @@ async def test_a_gateway_whose_bodies_never_come_holds_one_read_and_others_still
             max_inflight_bytes=8000,
             max_request_bytes=3000,
             gateway_max_inflight_bytes=0,
-            overload_retry_delay_ms=50,
+            overload_retry_delay_s=0.05,
         )
     )
     silent, other = GW, Gateway("gw-2", "t", ("*",))
@@ -281,7 +281,7 @@ def test_each_gateway_has_its_own_slot_limits_with_tokens_file_overrides():
 
 
 def test_deadline_check_uses_the_floor_and_the_recent_produce_time():
-    admission = Admission(IngestSettings(min_deadline_ms=100))
+    admission = Admission(IngestSettings(min_deadline_s=0.1))
     admission.check_deadline(None)
     admission.check_deadline(0.2)
     with pytest.raises(OverloadedError) as err:
@@ -321,7 +321,7 @@ def test_new_settings_are_read_from_the_environment():
             "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
             "HEADWATER_INGEST_MAX_STREAMS": "7",
             "HEADWATER_INGEST_STREAM_FRAME_TIMEOUT_SECONDS": "3.5",
-            "HEADWATER_INGEST_MIN_DEADLINE_MS": "20",
+            "HEADWATER_INGEST_MIN_DEADLINE_SECONDS": "0.02",
             "HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND": "0",
             "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES": "1048576",
             "HEADWATER_INGEST_MAX_PENDING_CALLS": "9",
@@ -331,7 +331,7 @@ def test_new_settings_are_read_from_the_environment():
     )
     assert s.max_pending_calls == 9
     assert (s.gateway_max_concurrent_rpcs, s.gateway_max_streams) == (5, 0)
-    assert (s.max_streams, s.stream_frame_timeout_seconds, s.min_deadline_ms) == (7, 3.5, 20)
+    assert (s.max_streams, s.stream_frame_timeout_seconds, s.min_deadline_s) == (7, 3.5, 0.02)
     assert (s.gateway_rate_bytes_per_second, s.gateway_max_inflight_bytes) == (0, 1048576)
 
 

@@ -173,11 +173,11 @@ async def test_unreachable_broker_answers_unavailable_with_retry_info(
         ),
         (
             {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_PRODUCER": "kafka"},
-            "is not one of confluent, aiokafka",
+            "HEADWATER_INGEST_PRODUCER='kafka': use one of confluent, aiokafka",
         ),
         (
             {"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "1", "HEADWATER_INGEST_EVENT_LOOP": "trio"},
-            "HEADWATER_INGEST_EVENT_LOOP='trio' is not one of uvloop, asyncio",
+            "HEADWATER_INGEST_EVENT_LOOP='trio': use one of uvloop, asyncio",
         ),
     ],
 )

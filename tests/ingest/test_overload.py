@@ -240,12 +240,12 @@ async def test_gateway_rate_refuses_with_the_time_to_wait(
 async def test_a_deadline_too_short_to_meet_is_refused_unstarted(
     broker, ingest_settings, start_ingest
 ):
-    running = await start_ingest(on(broker, ingest_settings, min_deadline_ms=5000))
+    running = await start_ingest(on(broker, ingest_settings, min_deadline_s=5.0))
     refused = device_message()
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await publish(running, [refused], deadline_s=3.0)
     assert_refused(
-        err.value, "min_deadline_ms", "ingest-process", "HEADWATER_INGEST_MIN_DEADLINE_MS"
+        err.value, "min_deadline_ms", "ingest-process", "HEADWATER_INGEST_MIN_DEADLINE_SECONDS"
     )
     ok = await publish(running, [device_message()], deadline_s=30.0)
     acked = {r.message_id: (r.partition, r.offset) for r in ok.results}
@@ -261,7 +261,7 @@ async def test_a_stream_frame_whose_deadline_is_too_short_is_refused_unwritten(
 ):
     """The deadline is checked per frame too: each frame's own deadline (the frame timeout)."""
     running = await start_ingest(
-        on(broker, ingest_settings, min_deadline_ms=5000, stream_frame_timeout_seconds=1.0)
+        on(broker, ingest_settings, min_deadline_s=5.0, stream_frame_timeout_seconds=1.0)
     )
     refused = device_message()
     call = running.stub.StreamTelemetry(metadata=bearer(), timeout=60)
@@ -273,7 +273,7 @@ async def test_a_stream_frame_whose_deadline_is_too_short_is_refused_unwritten(
     assert [r.code for r in answer.results] == [EXHAUSTED.value[0]]
     error = answer.results[0].error
     assert error.reason == "OVERLOADED" and error.retriable, error
-    assert "HEADWATER_INGEST_MIN_DEADLINE_MS" in error.message, error
+    assert "HEADWATER_INGEST_MIN_DEADLINE_SECONDS" in error.message, error
     ok = await publish(running, [device_message()], deadline_s=30.0)
     assert_in_kafka(broker.bootstrap, {r.message_id: (r.partition, r.offset) for r in ok.results})
     stored = {

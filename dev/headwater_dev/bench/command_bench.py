@@ -40,10 +40,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from headwater.ingest.commands.settings import CommandSettings
+from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
+from headwater.runtime.logs import LogSettings
 from headwater.topics import (
     COMMAND_REPORTS_TOPIC,
     COMMAND_STATUS_TOPIC,
@@ -67,15 +70,16 @@ def _tokens(gateways: int) -> str:
 def _start_ingest(
     servers: str, port: int, prefix: str, tokens: Path, log: Path
 ) -> subprocess.Popen[bytes]:
+    ingest, commands = IngestSettings.variable, CommandSettings.variable
     env = {
         **os.environ,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": servers,
-        "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
-        "HEADWATER_INGEST_METRICS_PORT": "0",
-        "HEADWATER_INGEST_TOKENS_FILE": str(tokens),
-        "HEADWATER_INGEST_COMMANDS_TOPIC_PREFIX": prefix,
-        "HEADWATER_INGEST_COMMANDS_RELAY_GROUP": f"{prefix}relay",
-        "HEADWATER_LOG_LEVEL": "ERROR",
+        KafkaSettings.variable("bootstrap_servers"): servers,
+        ingest("listen_address"): f"127.0.0.1:{port}",
+        ingest("metrics_port"): "0",
+        ingest("tokens_file"): str(tokens),
+        commands("topic_prefix"): prefix,
+        commands("relay_group"): f"{prefix}relay",
+        LogSettings.variable("log_level"): "ERROR",
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     headwater = str(Path(sys.executable).parent / "headwater")

@@ -26,7 +26,7 @@ import grpc
 
 from headwater import record_headers as rh
 from headwater.ingest.admission.auth import hash_token
-from headwater.ingest.settings import PRODUCERS
+from headwater.ingest.settings import PRODUCERS, IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -602,7 +602,7 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
             servers,
             ingest_port,
             opts.writer,
-            {"HEADWATER_INGEST_TOKENS_FILE": str(tokens_path)},
+            {IngestSettings.variable("tokens_file"): str(tokens_path)},
         )
         async with (
             grpc.aio.insecure_channel(f"127.0.0.1:{ingest_port}") as ingest,

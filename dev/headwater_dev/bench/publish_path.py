@@ -110,7 +110,7 @@ async def measure(
     tracer = (
         telemetry.tracer_provider.get_tracer("headwater.ingest") if traced else trace.NoOpTracer()
     )
-    settings = IngestSettings.from_env({"HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true"})
+    settings = IngestSettings(allow_unauthenticated=True)
     writer = AckNextStep()
     servicer = IngestServicer(
         settings,

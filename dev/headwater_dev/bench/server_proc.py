@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 from headwater.ingest import event_loop
 from headwater.ingest.settings import PRODUCERS, IngestSettings
+from headwater.kafka.settings import KafkaSettings
+from headwater.runtime.logs import LogSettings
 
 
 def start(
@@ -30,14 +32,15 @@ def start(
     Calls without credentials are accepted; ``extra_env`` adds settings (e.g. a tokens
     file, so some callers are gateways with their own limits).
     """
+    ingest = IngestSettings.variable
     env = {
         **os.environ,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{port}",
-        "HEADWATER_INGEST_METRICS_PORT": "0",
-        "HEADWATER_INGEST_ALLOW_UNAUTHENTICATED": "true",
-        "HEADWATER_LOG_LEVEL": "ERROR",
-        "HEADWATER_INGEST_PRODUCER": writer,
+        KafkaSettings.variable("bootstrap_servers"): bootstrap,
+        ingest("listen_address"): f"127.0.0.1:{port}",
+        ingest("metrics_port"): "0",
+        ingest("allow_unauthenticated"): "true",
+        LogSettings.variable("log_level"): "ERROR",
+        ingest("producer"): writer,
         **(extra_env or {}),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)

@@ -24,6 +24,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.errors import HeadwaterError
 from headwater.runtime import jvm
 
 KAFKA_VERSION = "4.4.0"
@@ -37,7 +38,7 @@ START_TIMEOUT_S = 90.0
 _LOG_TAIL_LINES = 30
 
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(HeadwaterError, RuntimeError):
     """The embedded broker did not become ready in time; the message has its log's tail."""
 
 

@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headwater.kafka.options import add_kafka_options
 from headwater.runtime.signals import interrupt_on_stop
 
 if TYPE_CHECKING:
@@ -136,11 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     watch.add_argument("--workdir", type=Path, default=Path(".devstack"), help="the stack's folder")
-    watch.add_argument(
-        "--bootstrap-servers",
-        help="Kafka address (default: the stack in --workdir, else "
-        "$HEADWATER_KAFKA_BOOTSTRAP_SERVERS)",
-    )
+    # A Kafka left out is the stack's in --workdir when one runs there, else the variables'.
+    add_kafka_options(watch)
     watch.add_argument(
         "--topic", action="append", dest="topics", help="a topic to follow (repeatable)"
     )
@@ -219,17 +217,18 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from headwater.kafka.settings import bootstrap_from_env
+    import dataclasses
+
+    from headwater.kafka.options import kafka_from_args
     from headwater_dev.devstack import status_file
     from headwater_dev.devstack.watch import DEFAULT_TOPICS, watch
 
-    bootstrap = args.bootstrap_servers
-    if not bootstrap:
-        running = status_file.read(args.workdir.resolve())
-        bootstrap = running.bootstrap_servers if running else None
-    bootstrap = bootstrap or bootstrap_from_env()
+    kafka = kafka_from_args(args)
+    running = None if args.bootstrap_servers else status_file.read(args.workdir.resolve())
+    if running:
+        kafka = dataclasses.replace(kafka, bootstrap_servers=running.bootstrap_servers)
     return watch(
-        bootstrap,
+        kafka,
         args.topics or DEFAULT_TOPICS,
         args.from_beginning,
         args.max_records,

@@ -21,6 +21,8 @@ import secrets
 import shutil
 from pathlib import Path
 
+from headwater.errors import HeadwaterError
+
 log = logging.getLogger(__name__)
 
 #: In the broker's data folder: that data's identity.
@@ -29,7 +31,7 @@ DATA_ID_FILE = "headwater-data-id"
 OWNER_FILE = "checkpoint-owner.json"
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointMismatchError(HeadwaterError, RuntimeError):
     """The checkpoint may belong to another broker's data; the message says what to do."""
 
 

@@ -19,7 +19,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.errors import HeadwaterError
+from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
+from headwater.kafka.settings import KafkaSettings
 from headwater.topics import all_topics
 
 #: The dev stack lowers the payload limit so that oversized messages are cheap to make.
@@ -31,7 +34,7 @@ CLI = [sys.executable, "-m", "headwater.cli"]
 LOG_TAIL_LINES = 15
 
 
-class PartFailedError(RuntimeError):
+class PartFailedError(HeadwaterError, RuntimeError):
     """A piece of the stack exited or did not get ready; ``part`` names it, ``log`` its log."""
 
     def __init__(self, part: str, reason: str, log: Path) -> None:
@@ -84,18 +87,20 @@ def service_env(
     ``checkpoint`` belongs to the broker's data: ``run`` keeps it in its temporary broker's
     folder, ``up`` beside the broker's data in the workdir (see ownership).
     """
+    ingest = IngestSettings.variable
     env = {
         **os.environ,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{ports.grpc}",
-        "HEADWATER_INGEST_METRICS_PORT": str(ports.ingest_metrics),
+        KafkaSettings.variable("bootstrap_servers"): bootstrap,
+        ingest("listen_address"): f"127.0.0.1:{ports.grpc}",
+        ingest("metrics_port"): str(ports.ingest_metrics),
+        ingest("tokens_file"): str(tokens_file),
+        # The enricher's settings are not declared on the settings base yet.
         "HEADWATER_ENRICHER_METRICS_PORT": str(ports.enricher_metrics),
-        "HEADWATER_INGEST_TOKENS_FILE": str(tokens_file),
         "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": str(checkpoint),
         "HEADWATER_ENRICHER_STARTING_OFFSETS": "earliest",
     }
     if max_payload_bytes is not None:
-        env["HEADWATER_INGEST_MAX_PAYLOAD_BYTES"] = str(max_payload_bytes)
+        env[ingest("max_payload_bytes")] = str(max_payload_bytes)
     return env
 
 

@@ -13,10 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headwater.errors import HeadwaterError
+
 STATE_FILE = "state.json"
 
 
-class StackRunningError(RuntimeError):
+class StackRunningError(HeadwaterError, RuntimeError):
     """A background dev stack runs in the folder another run wants to use."""
 
 

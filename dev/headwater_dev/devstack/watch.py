@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from google.protobuf import descriptor_pool, json_format, message_factory
 
 from headwater.contracts import TOPIC_MESSAGES
-from headwater.kafka.settings import resolve_kafka
+from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.runtime.signals import interrupt_on_stop
 from headwater.topics import COMPLETIONS_TOPIC, DEADLETTER_TOPIC, EVENT_TOPICS
 
@@ -35,7 +35,7 @@ def decode(topic: str, value: bytes | None) -> Any:
 
 
 def follow(
-    bootstrap: str,
+    kafka: KafkaSettings | str,
     topics: list[str],
     from_beginning: bool,
     max_records: int | None,
@@ -44,7 +44,7 @@ def follow(
     """Yield the records of ``topics`` as dicts, within the given bounds."""
     consumer = Consumer(
         # The group is required by librdkafka; never used: no subscribe.
-        resolve_kafka(bootstrap).consumer_config("headwater-watch", "headwater-devstack-watch")
+        resolve_kafka(kafka).consumer_config("headwater-watch", "headwater-devstack-watch")
     )
     try:
         metadata = consumer.list_topics(timeout=10).topics
@@ -90,7 +90,7 @@ def follow(
 
 
 def watch(
-    bootstrap: str,
+    kafka: KafkaSettings | str,
     topics: list[str],
     from_beginning: bool,
     max_records: int | None,
@@ -99,7 +99,7 @@ def watch(
     """Print records as JSON lines until a bound or a stop signal; return the exit code."""
     interrupt_on_stop()
     try:
-        for record in follow(bootstrap, topics, from_beginning, max_records, max_seconds):
+        for record in follow(kafka, topics, from_beginning, max_records, max_seconds):
             print(json.dumps(record), flush=True)
     except KeyboardInterrupt:
         pass

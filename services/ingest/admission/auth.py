@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from headwater.errors import HeadwaterError
 from headwater.ingest.errors import UnauthenticatedError
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Gateway:
 ANONYMOUS = Gateway("anonymous", "default", ("*",))
 
 
-class TokensFileError(ValueError):
+class TokensFileError(HeadwaterError, ValueError):
     """The tokens file cannot be used; the message names the entry and the problem."""
 
 

@@ -12,7 +12,7 @@ request is parsed, in this order (cheapest and most protective first):
    reflection too, and sends no RetryInfo (grpcio 1.85);
 2. the deadline (:meth:`Admission.check_deadline`, once per publish call or stream frame):
    a request whose time left cannot cover the service's recent produce time (or
-   ``HEADWATER_INGEST_MIN_DEADLINE_MS``) is refused, not started;
+   ``HEADWATER_INGEST_MIN_DEADLINE_SECONDS``) is refused, not started;
 3. before the request body is read (:meth:`Admission.check_room`): the calling gateway's
    rate and in-flight share (``quotas.py``) and the process's byte bound, with the body's
    size estimated from recent requests, so the usual refusal under overload never copies
@@ -52,6 +52,9 @@ from headwater.ingest.admission.quotas import GatewayQuotas
 from headwater.ingest.admission.slots import Slot, Slots
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.settings import IngestSettings
+
+#: The variable that sets a limit, named in refusals so an operator knows what to change.
+_var = IngestSettings.variable
 
 #: Bytes the service adds to a record beyond the message itself: the key and the headers
 #: (ids, tenant, received-at, endpoint, trace context; ~200 in practice).
@@ -182,8 +185,8 @@ class Admission:
             lambda: self.max_bytes,
             self._process_full,
         )
-        self._min_deadline_s = settings.min_deadline_ms / 1000
-        self._retry_delay_s = settings.overload_retry_delay_ms / 1000
+        self._min_deadline_s = settings.min_deadline_s
+        self._retry_delay_s = settings.overload_retry_delay_s
         self.slots = Slots(settings, self._retry_delay_s)
         self.quotas = quotas or GatewayQuotas(
             settings.gateway_rate_bytes_per_second,
@@ -248,11 +251,11 @@ class Admission:
             raise OverloadedError(
                 f"the deadline leaves {time_left_s * 1000:.0f} ms; this replica needs "
                 f"~{needed * 1000:.0f} ms to write to Kafka now (at least "
-                "HEADWATER_INGEST_MIN_DEADLINE_MS); refused unstarted: retry later or with a "
+                f"{_var('min_deadline_s')}); refused unstarted: retry later or with a "
                 "longer deadline",
                 retry_delay_s=self._retry_delay_s,
                 limit="min_deadline_ms",
-                setting="HEADWATER_INGEST_MIN_DEADLINE_MS",
+                setting=_var("min_deadline_s"),
                 limit_value=round(needed * 1000),
             )
 
@@ -298,11 +301,11 @@ class Admission:
     def _process_full(self) -> OverloadedError:
         return OverloadedError(
             f"ingest replica is at its in-flight limit ({self.max_bytes} bytes, "
-            "HEADWATER_INGEST_MAX_INFLIGHT_BYTES); retry after "
+            f"{_var('max_inflight_bytes')}); retry after "
             f"{self._retry_delay_s:.2f}s or send to another replica",
             retry_delay_s=self._retry_delay_s,
             limit="max_inflight_bytes",
-            setting="HEADWATER_INGEST_MAX_INFLIGHT_BYTES",
+            setting=_var("max_inflight_bytes"),
             limit_value=self.max_bytes,
         )
 

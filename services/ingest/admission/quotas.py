@@ -18,6 +18,10 @@ from dataclasses import dataclass
 
 from headwater.ingest.admission.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
+from headwater.ingest.settings import IngestSettings
+
+#: The variable that sets a limit, named in refusals so an operator knows what to change.
+_var = IngestSettings.variable
 
 #: Seconds of rate a gateway may send at once after being idle.
 BURST_SECONDS = 1.0
@@ -87,10 +91,10 @@ class GatewayQuotas:
             raise OverloadedError(
                 f"gateway {gateway.gateway_id!r} has {books.inflight} request bytes in flight; "
                 f"its share is {max_inflight} (max_inflight_bytes in the tokens file, default "
-                "HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES); wait for answers or retry later",
+                f"{_var('gateway_max_inflight_bytes')}); wait for answers or retry later",
                 retry_delay_s=self._retry_delay_s,
                 limit="gateway_max_inflight_bytes",
-                setting="HEADWATER_INGEST_GATEWAY_MAX_INFLIGHT_BYTES",
+                setting=_var("gateway_max_inflight_bytes"),
                 limit_value=max_inflight,
                 subject=subject,
             )
@@ -101,10 +105,10 @@ class GatewayQuotas:
             raise OverloadedError(
                 f"gateway {gateway.gateway_id!r} is over its rate of {rate} request bytes per "
                 "second (rate_bytes_per_second in the tokens file, default "
-                f"HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND); retry after {wait_s:.2f}s",
+                f"{_var('gateway_rate_bytes_per_second')}); retry after {wait_s:.2f}s",
                 retry_delay_s=wait_s,
                 limit="gateway_rate_bytes_per_second",
-                setting="HEADWATER_INGEST_GATEWAY_RATE_BYTES_PER_SECOND",
+                setting=_var("gateway_rate_bytes_per_second"),
                 limit_value=rate,
                 subject=subject,
             )

@@ -17,6 +17,9 @@ from headwater.ingest.admission.auth import ANONYMOUS, Gateway
 from headwater.ingest.errors import OverloadedError
 from headwater.ingest.settings import IngestSettings
 
+#: The variable that sets a limit, named in refusals so an operator knows what to change.
+_var = IngestSettings.variable
+
 
 class Pool:
     """One kind of slot: a process count and limit, and each gateway's count.
@@ -119,20 +122,20 @@ class Slots:
     def _calls_full(self, limit: int) -> OverloadedError:
         return OverloadedError(
             f"ingest replica is serving its limit of {limit} calls at once "
-            "(HEADWATER_INGEST_MAX_CONCURRENT_RPCS); retry later or on another replica",
+            f"({_var('max_concurrent_rpcs')}); retry later or on another replica",
             retry_delay_s=self._retry_delay_s,
             limit="max_concurrent_rpcs",
-            setting="HEADWATER_INGEST_MAX_CONCURRENT_RPCS",
+            setting=_var("max_concurrent_rpcs"),
             limit_value=limit,
         )
 
     def _streams_full(self, limit: int) -> OverloadedError:
         return OverloadedError(
             f"ingest replica holds its limit of {limit} open streams "
-            "(HEADWATER_INGEST_MAX_STREAMS); retry later or on another replica",
+            f"({_var('max_streams')}); retry later or on another replica",
             retry_delay_s=self._retry_delay_s,
             limit="max_streams",
-            setting="HEADWATER_INGEST_MAX_STREAMS",
+            setting=_var("max_streams"),
             limit_value=limit,
         )
 
@@ -140,10 +143,10 @@ class Slots:
         return OverloadedError(
             f"gateway {gateway.gateway_id!r} has its limit of {limit} publish calls at once "
             "(max_concurrent_rpcs in the tokens file, default "
-            "HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS); wait for answers or retry later",
+            f"{_var('gateway_max_concurrent_rpcs')}); wait for answers or retry later",
             retry_delay_s=self._retry_delay_s,
             limit="gateway_max_concurrent_rpcs",
-            setting="HEADWATER_INGEST_GATEWAY_MAX_CONCURRENT_RPCS",
+            setting=_var("gateway_max_concurrent_rpcs"),
             limit_value=limit,
             subject=f"gateway:{gateway.gateway_id}",
         )
@@ -151,11 +154,11 @@ class Slots:
     def _gateway_streams_full(self, gateway: Gateway, limit: int) -> OverloadedError:
         return OverloadedError(
             f"gateway {gateway.gateway_id!r} holds its limit of {limit} open streams "
-            "(max_streams in the tokens file, default HEADWATER_INGEST_GATEWAY_MAX_STREAMS); "
+            f"(max_streams in the tokens file, default {_var('gateway_max_streams')}); "
             "close a stream or retry later",
             retry_delay_s=self._retry_delay_s,
             limit="gateway_max_streams",
-            setting="HEADWATER_INGEST_GATEWAY_MAX_STREAMS",
+            setting=_var("gateway_max_streams"),
             limit_value=limit,
             subject=f"gateway:{gateway.gateway_id}",
         )

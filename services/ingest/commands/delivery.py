@@ -58,6 +58,9 @@ from .book import CommandBook, CommandKey, DeviceKey, Entry
 from .owners import OwnerBook
 from .settings import CommandSettings
 
+#: The variable that sets a limit, named in refusals so an operator knows what to change.
+_var = CommandSettings.variable
+
 log = logging.getLogger(__name__)
 METHOD = "ReceiveCommands"
 
@@ -159,7 +162,7 @@ class CommandDelivery:
                     f"at most {self._settings.max_streams_per_gateway}. Open one per gateway",
                     retry_delay_s=5.0,
                     limit="command_streams_per_gateway",
-                    setting="HEADWATER_INGEST_COMMANDS_MAX_STREAMS_PER_GATEWAY",
+                    setting=_var("max_streams_per_gateway"),
                     limit_value=self._settings.max_streams_per_gateway,
                     subject=f"gateway:{gateway.gateway_id}",
                 )

@@ -23,13 +23,19 @@ from dataclasses import dataclass
 
 import grpc
 
+from headwater.errors import HeadwaterError
+from headwater.ingest.settings import IngestSettings
+
+#: The variable that names a TLS file, in errors so an operator knows what to change.
+_var = IngestSettings.variable
+
 log = logging.getLogger(__name__)
 
 #: (inode, mtime ns, size) of each file: what changes when a file is replaced or rewritten.
 _Signature = tuple[tuple[int, int, int], ...]
 
 
-class TlsFilesError(RuntimeError):
+class TlsFilesError(HeadwaterError, RuntimeError):
     """The TLS files cannot be used; the message names the file and the problem."""
 
 
@@ -132,11 +138,9 @@ class RotatingCertificates:
                 raise TlsFilesError(f"{setting}={path}: {exc.strerror or exc}") from None
 
         return TlsMaterial(
-            read(self.cert_file, "HEADWATER_INGEST_TLS_CERT_FILE"),
-            read(self.key_file, "HEADWATER_INGEST_TLS_KEY_FILE"),
-            read(self.client_ca_file, "HEADWATER_INGEST_TLS_CLIENT_CA_FILE")
-            if self.client_ca_file
-            else None,
+            read(self.cert_file, _var("tls_cert_file")),
+            read(self.key_file, _var("tls_key_file")),
+            read(self.client_ca_file, _var("tls_client_ca_file")) if self.client_ca_file else None,
         )
 
 
@@ -151,8 +155,8 @@ def _check(material: TlsMaterial, files: RotatingCertificates) -> None:
         context.load_cert_chain(files.cert_file, files.key_file)
     except (ssl.SSLError, OSError) as exc:
         raise TlsFilesError(
-            f"HEADWATER_INGEST_TLS_CERT_FILE={files.cert_file} and "
-            f"HEADWATER_INGEST_TLS_KEY_FILE={files.key_file} are not a matching PEM "
+            f"{_var('tls_cert_file')}={files.cert_file} and "
+            f"{_var('tls_key_file')}={files.key_file} are not a matching PEM "
             f"certificate and key: {exc}"
         ) from None
     if material.client_ca is not None:
@@ -160,7 +164,7 @@ def _check(material: TlsMaterial, files: RotatingCertificates) -> None:
             context.load_verify_locations(cadata=material.client_ca.decode("ascii"))
         except (ssl.SSLError, ValueError) as exc:
             raise TlsFilesError(
-                f"HEADWATER_INGEST_TLS_CLIENT_CA_FILE={files.client_ca_file} holds no PEM "
+                f"{_var('tls_client_ca_file')}={files.client_ca_file} holds no PEM "
                 f"certificate: {exc}"
             ) from None
 

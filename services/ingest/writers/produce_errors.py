@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 
+from headwater.errors import HeadwaterError
+
 
 class Kind(enum.Enum):
     """What a failed produce means for the caller."""
@@ -27,7 +29,7 @@ class Kind(enum.Enum):
     OTHER = "other"
 
 
-class ProduceError(Exception):
+class ProduceError(HeadwaterError):
     """A record was not written; ``kind`` says why, ``client_error`` names the client's error.
 
     Args:
@@ -44,6 +46,6 @@ class ProduceError(Exception):
         self.client_error = client_error
 
     @property
-    def retriable(self) -> bool:
+    def retriable(self) -> bool:  # type: ignore[override]
         """Sending the same record again later may succeed."""
         return self.kind in (Kind.RETRIABLE, Kind.TIMEOUT)
