@@ -133,6 +133,7 @@ def scrape_of_the_services() -> str:
     commands = CommandMetrics(
         provider.get_meter("headwater.ingest.commands"),
         SimpleNamespace(size=3),  # type: ignore[arg-type]
+        SimpleNamespace(size=2),  # type: ignore[arg-type]
         SimpleNamespace(open_streams=1),  # type: ignore[arg-type]
     )
     commands.queued.add(1)
