@@ -13,7 +13,7 @@ from headwater.topics import TopicSpec
 from headwater_dev.devstack.broker import EmbeddedBroker
 
 #: Fixtures shared across test packages (fixtures out of test modules: tests/support).
-pytest_plugins = ["tests.support.ingest"]
+pytest_plugins = ["tests.support.ingest", "tests.support.cluster"]
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,8 @@ from headwater.proto.master.v1 import device_master_pb2
 from headwater.runtime.logs import JsonFormatter
 from headwater.topics import INGEST_TOPICS
 from headwater_dev.devstack import seeding, status_file
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.cluster import dev_kafka
 from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
 from headwater_dev.devstack.processes import (
@@ -57,6 +58,8 @@ class DevStackOptions:
     workdir: Path = Path(".devstack/run")
     seed: int = 7
     json_output: bool = False
+    #: 1: the embedded broker; 3: a cluster with production's replication (RF 3, min ISR 2).
+    brokers: int = 1
 
 
 def _tokens_yaml(fleet: list[SimGateway]) -> str:
@@ -127,9 +130,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     _log_gateways_to(workdir / "fleet.log")
     display = ProgressLine()
     procs: list[subprocess.Popen[bytes]] = []
-    with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
+    with dev_kafka(opts.brokers, None, workdir, None) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topics(bootstrap)
+        create_topics(bootstrap, opts.brokers)
         _publish_master(bootstrap, fleet, late=False)
         ports = Ports(broker.port, free_port(), free_port(), free_port())
         # The checkpoint lives and dies with the temporary broker's data (removed when the

@@ -25,7 +25,7 @@ from headwater.proto.master.v1 import device_master_pb2
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.topics import TopicSpec
 from headwater_dev.devstack import ownership, seeding, status_file
-from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.cluster import DevKafka, broker_pids, dev_kafka
 from headwater_dev.devstack.processes import (
     PartFailedError,
     Ports,
@@ -65,6 +65,8 @@ class StackOptions:
     workdir: Path
     ports: Ports
     with_enricher: bool = True
+    #: 1: the embedded broker; 3: a cluster on ports.kafka, +1, +2 (production's replication).
+    brokers: int = 1
 
 
 class _Stopped(Exception):
@@ -143,7 +145,7 @@ class Supervisor:
         self.opts = opts
         self.workdir = opts.workdir.resolve()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.broker: EmbeddedBroker | None = None
+        self.broker: DevKafka | None = None
         self.state: status_file.StackState | None = None
 
     def _save(self, **changes: object) -> None:
@@ -174,6 +176,7 @@ class Supervisor:
                 "enricher_metrics": ports.enricher_metrics,
             },
             with_enricher=self.opts.with_enricher,
+            brokers=self.opts.brokers,
             token=token,
             gateway_id=GATEWAY_ID,
             device_id=DEMO_DEVICE,
@@ -208,19 +211,20 @@ class Supervisor:
         ports, workdir = self.opts.ports, self.workdir
         checkpoint = workdir / "checkpoint"
         self._save(step="starting the Kafka broker")
-        self.broker = EmbeddedBroker(
-            port=ports.kafka, log_path=workdir / "broker.log", data_dir=workdir / "kafka"
-        )
+        # A cluster's data apart from the single broker's: the enricher's checkpoint is
+        # claimed by one of them (ownership), and their offsets differ.
+        brokers = self.opts.brokers
+        data = workdir / ("kafka" if brokers == 1 else f"kafka-{brokers}-nodes")
+        self.broker = dev_kafka(brokers, ports.kafka, workdir, data)
         await _in_thread(self.broker.start, stop)
-        if self.broker.pid:
-            self._save(pids={**self._pids(), "broker": self.broker.pid})
+        self._save(pids=self._pids())
         if self.opts.with_enricher:
             # Before the enricher reads it: its offsets must be this broker's data's.
-            claimed = ownership.claim(checkpoint, workdir / "kafka")
+            claimed = ownership.claim(checkpoint, data)
             log.info("enricher checkpoint %s: %s", checkpoint, claimed)
         bootstrap = self.broker.bootstrap_servers
         self._save(step="creating topics and the demo device's master data")
-        await _in_thread(lambda: create_topics(bootstrap), stop)
+        await _in_thread(lambda: create_topics(bootstrap, self.opts.brokers), stop)
         await _in_thread(lambda: _create_demo_dead_letter_topic(bootstrap), stop)
         await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
         env = service_env(bootstrap, ports, checkpoint, workdir / "tokens.yaml")
@@ -253,8 +257,8 @@ class Supervisor:
 
     def _pids(self) -> dict[str, int]:
         pids = {name: proc.pid for name, proc in self.procs.items()}
-        if self.broker is not None and self.broker.pid:
-            pids["broker"] = self.broker.pid
+        if self.broker is not None:
+            pids |= broker_pids(self.broker)
         return pids
 
     async def _watch(self, stop: asyncio.Event) -> None:
