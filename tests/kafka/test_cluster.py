@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from headwater.kafka.read import read_topic
 from headwater_dev.devstack.cluster import BrokerCluster, replication_properties
 
 pytestmark = pytest.mark.cluster
@@ -98,6 +99,22 @@ def test_a_killed_leader_is_replaced_and_acks_all_writes_go_on(
     # The idempotent producer retried through the election: every sequence once, in order.
     assert [n for _, n in acked] == list(range(len(acked)))
     assert first_ok_after < 30
+
+
+def test_reading_a_topic_to_its_end_survives_a_leader_kill(cluster, cluster_topic_factory) -> None:
+    """The master-data and history readers (read_topic) wait through an election."""
+    topic = cluster_topic_factory("reads", partitions=3)
+    producer = _producer(cluster, timeout_ms=30_000)
+    for n in range(300):
+        producer.produce(topic, str(n).encode(), key=str(n).encode())
+    assert producer.flush(30) == 0
+    leader = cluster.leader_of(topic)
+    leader.kill()
+    reads, until = 0, time.monotonic() + 15  # through the session timeout and the election
+    while time.monotonic() < until:
+        assert len(list(read_topic(cluster.bootstrap_servers, topic, timeout_s=60))) == 300
+        reads += 1
+    print(f"\n{reads} reads to the end of {topic} in the 15 s after its leader was killed")
 
 
 def test_two_of_three_down_never_acknowledges_and_recovers_when_one_returns(
