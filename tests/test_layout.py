@@ -207,9 +207,11 @@ def test_the_production_wheels_python_has_no_line_of_dev_tooling(wheel_python):
     # The rooms not moved yet have their own strict cases above.
     assert dev_tooling_lines(wheel_python, skip=tuple(NOT_MOVED_YET)) == {}
     # ... and it is production code: the services, the libraries, the command.
-    assert {"headwater/cli.py", "headwater/ingest/rpc/server.py", "headwater/gateway/spool.py"} <= set(
-        wheel_python
-    )
+    assert {
+        "headwater/cli.py",
+        "headwater/ingest/rpc/server.py",
+        "headwater/gateway/spool.py",
+    } <= set(wheel_python)
 
 
 def test_dev_tooling_lines_finds_dev_rooms_and_importers_of_dev_tooling():

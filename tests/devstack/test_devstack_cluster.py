@@ -1,14 +1,17 @@
 """``--brokers 3``: the dev stack on a three-node cluster with production's replication.
 
 The argument checks and the status file's bootstrap list run in the default suite; the
-background stack on a real cluster (marker ``cluster``) is started, checked node by node
-and stopped, without Spark.
+background stack on a real cluster (marker ``cluster``) is started, checked node by node,
+failed on purpose with ``headwater chaos`` (a dry run changes nothing; a killed leader
+and a rolling restart are replaced by the supervisor) and stopped, without Spark.
 """
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +91,51 @@ def test_up_with_three_brokers_runs_a_replicated_cluster(stack_dir: Path) -> Non
     for topic in INGEST_TOPICS.values():
         assert all(len(p.replicas) == 3 for p in meta.topics[topic].partitions.values())
     assert (stack_dir / "kafka-3-nodes" / "node-3").is_dir()
+    _chaos_against(stack_dir)
     down = devstack("down", "--workdir", str(stack_dir), timeout=200)
     assert down.returncode == 0, down.stdout
     left = subprocess.run(["pgrep", "-f", str(stack_dir)], capture_output=True, check=False)
     assert left.stdout == b"", "a node outlived the stack"
+
+
+def _chaos(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "chaos", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _wait_status_up(workdir: Path, within_s: float = 180) -> None:
+    deadline = time.monotonic() + within_s
+    while devstack("status", "--workdir", str(workdir)).returncode != 0:
+        assert time.monotonic() < deadline, "the stack did not come back up"
+        time.sleep(2)
+
+
+def _chaos_against(workdir: Path) -> None:
+    before = status_file.read(workdir)
+    assert before is not None
+    topic = INGEST_TOPICS["telemetry"]
+    dry = _chaos("kill-broker", "--leader-of", topic, "--workdir", str(workdir))
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "dry run, would do: SIGKILL Kafka node" in dry.stdout
+    assert "add --execute" in dry.stdout
+    assert status_file.read(workdir).pids == before.pids  # nothing was done
+
+    kill = _chaos("kill-broker", "--leader-of", topic, "--workdir", str(workdir), "--execute")
+    assert kill.returncode == 0, kill.stdout + kill.stderr
+    node = kill.stdout.split("SIGKILL Kafka node ")[1].split()[0]
+    deadline = time.monotonic() + 60
+    while status_file.read(workdir).pids[f"broker-{node}"] == before.pids[f"broker-{node}"]:
+        assert time.monotonic() < deadline, "the supervisor did not start the node again"
+        time.sleep(1)
+    _wait_status_up(workdir)
+
+    roll = _chaos("roll-brokers", "--workdir", str(workdir), "--execute", timeout=900)
+    assert roll.returncode == 0, roll.stdout + roll.stderr
+    for n in (1, 2, 3):
+        assert f"node {n} restarted and in sync after" in roll.stdout
+    print(roll.stdout)

@@ -58,6 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     _brokers_argument(run)
+    run.add_argument(
+        "--chaos",
+        action="store_true",
+        help="SIGKILL the Kafka node leading the telemetry topic halfway through, start it "
+        "again, and show it in the summary: every guarantee must still PASS (needs --brokers 3)",
+    )
     run.set_defaults(func=_run)
 
     up = commands.add_parser(
@@ -257,6 +263,9 @@ def _run(args: argparse.Namespace) -> int:
     from headwater_dev.devstack.summary import guarantees
 
     configure_logging("WARNING")
+    if args.chaos and args.brokers < 3:
+        print("--chaos kills a broker: it needs a cluster that survives it, --brokers 3")
+        return 2
     _preflight(not args.no_enricher)
     opts = DevStackOptions(
         duration_s=args.duration,
@@ -268,6 +277,7 @@ def _run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         json_output=args.json,
         brokers=args.brokers,
+        chaos=args.chaos,
     )
     try:
         summary = asyncio.run(run_devstack(opts))

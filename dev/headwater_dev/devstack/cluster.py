@@ -71,6 +71,34 @@ def replication_properties(size: int) -> dict[str, str]:
     }
 
 
+def out_of_sync(addresses: Sequence[str], topics: Iterable[str] | None = None) -> list[str]:
+    """Return what keeps the cluster at ``addresses`` (every node's) from being in sync.
+
+    Empty when every node answers, sees every other, and every partition (of ``topics``,
+    by default all) has a leader and all its replicas in sync. Each node is asked itself:
+    right after a kill the others still list it for a broker session (9 s), and its
+    replicas as in sync, so their metadata alone would pass.
+
+    Raises:
+        confluent_kafka.KafkaException: a node did not answer.
+    """
+    wanted = set(topics) if topics is not None else None
+    for address in addresses:
+        direct = AdminClient({"bootstrap.servers": address, "log_level": 0})
+        if len(direct.list_topics(timeout=5).brokers) < len(addresses):
+            return [f"{address} does not see every broker yet"]
+    meta = AdminClient({"bootstrap.servers": ",".join(addresses), "log_level": 0}).list_topics(
+        timeout=10
+    )
+    return [
+        f"{name}[{p.id}]"
+        for name, topic in meta.topics.items()
+        if wanted is None or name in wanted
+        for p in topic.partitions.values()
+        if p.leader < 0 or set(p.isrs) != set(p.replicas)
+    ]
+
+
 class BrokerCluster:
     """``size`` Apache Kafka nodes on ``127.0.0.1``, each broker and controller voter.
 
@@ -224,24 +252,11 @@ class BrokerCluster:
         raise ClusterError(f"no running node led the controller quorum after {timeout:.0f}s")
 
     def out_of_sync(self, topics: Iterable[str] | None = None) -> list[str]:
-        """Return ``topic[partition]`` of every partition whose in-sync set lacks a replica."""
-        wanted = set(topics) if topics is not None else None
-        # Each node asked itself: right after a kill the others still list it for a broker
-        # session (9 s) and its replicas as in sync, so their metadata alone would pass.
+        """Say what is not whole yet: a node not running, or partitions lacking a replica."""
         for node in self.nodes:
             if node.pid is None or node.exited():
                 return [f"node {node.node_id} is not running"]
-            direct = AdminClient({"bootstrap.servers": node.bootstrap_servers, "log_level": 0})
-            if len(direct.list_topics(timeout=5).brokers) < len(self.nodes):
-                return [f"node {node.node_id} does not see every broker yet"]
-        meta = self._admin().list_topics(timeout=10)
-        return [
-            f"{name}[{p.id}]"
-            for name, topic in meta.topics.items()
-            if wanted is None or name in wanted
-            for p in topic.partitions.values()
-            if p.leader < 0 or set(p.isrs) != set(p.replicas)
-        ]
+        return out_of_sync([node.bootstrap_servers for node in self.nodes], topics)
 
     def wait_in_sync(
         self, timeout: float = IN_SYNC_TIMEOUT_S, topics: Iterable[str] | None = None

@@ -25,7 +25,7 @@ from headwater.proto.master.v1 import device_master_pb2
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.topics import TopicSpec
 from headwater_dev.devstack import ownership, seeding, status_file
-from headwater_dev.devstack.cluster import DevKafka, broker_pids, dev_kafka
+from headwater_dev.devstack.cluster import BrokerCluster, DevKafka, broker_pids, dev_kafka
 from headwater_dev.devstack.processes import (
     PartFailedError,
     Ports,
@@ -267,6 +267,7 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
             assert self.state is not None
+            await asyncio.to_thread(self._restart_lost_brokers)
             for name, proc in self.procs.items():
                 code = proc.poll()
                 if code is not None and name not in self.state.exited:
@@ -278,6 +279,23 @@ class Supervisor:
                         exited={**self.state.exited, name: code},
                         exit_logs={**self.state.exit_logs, name: tail},
                     )
+
+    def _restart_lost_brokers(self) -> None:
+        """Start a cluster node that exited (killed, or stopped by ``headwater chaos``) again.
+
+        What Kubernetes does for a Strimzi broker pod: the node rejoins with its data and
+        catches up; its partitions lead again after the next preferred-leader election.
+        A single broker is left alone: nothing could take over meanwhile, so its exit is
+        reported (status says degraded) instead of hidden.
+        """
+        if not isinstance(self.broker, BrokerCluster):
+            return
+        for node in self.broker.nodes:
+            if node.exited():
+                log.warning("Kafka node %s exited; starting it again with its data", node.node_id)
+                node.kill()  # reaps the exited process
+                node.start(wait=False)
+                self._save(pids=self._pids())
 
     def _stop_all(self) -> None:
         """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""
