@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-slow test-images images cluster test-k8s lint protos docs descriptors baseline bench constraints clean
+.PHONY: install run test test-slow test-cluster test-images images cluster test-k8s lint protos docs descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; ./dev is the
 # dev tooling (headwater-dev: the dev stack, the benchmarks), kept out of the headwater
@@ -50,6 +50,9 @@ test-slow: $(STAMP) $(JVM_STAMP) ## the suite on a machine made ~2x slower, laun
 
 images: $(STAMP) ## build both images with podman (bases made with mmdebstrap without a registry)
 	$(BIN)/python scripts/images.py $(ARGS)
+
+test-cluster: $(STAMP) $(JVM_STAMP) ## the broker fault tests on a three-broker cluster (marker cluster)
+	$(BIN)/pytest -m cluster $(ARGS)
 
 test-images: $(STAMP) $(JVM_STAMP) ## build both images, run them against a broker (marker images)
 	$(BIN)/pytest -m images tests/images $(ARGS)

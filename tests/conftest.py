@@ -18,7 +18,12 @@ from headwater_dev.devstack.broker import EmbeddedBroker
 #: Fixtures shared across test packages (fixtures out of test modules: tests/support).
 #: The process guard fails a test that leaves a process running (tests/support/process_guard.py);
 #: pytester runs whole pytest sessions, to prove it.
-pytest_plugins = ["tests.support.ingest", "tests.support.process_guard", "pytester"]
+pytest_plugins = [
+    "tests.support.ingest",
+    "tests.support.process_guard",
+    "tests.support.cluster",
+    "pytester",
+]
 
 
 def _import_hypothesis_now() -> None:

@@ -40,7 +40,7 @@ COMMAND_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 ENTRY_POINT_GROUP = "headwater.commands"
 #: The groups headwater-dev adds (the dev tooling): listed first (``make run`` is where a
 #: newcomer starts), and even when it is not installed.
-DEV_COMMANDS = ("devstack", "bench")
+DEV_COMMANDS = ("devstack", "bench", "chaos")
 DEV_INSTALL = "make install, or pip install -e ./dev in a checkout"
 #: Top-level packages of our own: one of them missing is a packaging bug, not a missing extra.
 OWN_PACKAGES = ("headwater", "headwater_dev")

@@ -312,7 +312,7 @@ def test_a_group_another_distribution_adds_is_found_through_its_entry_point(tmp_
     assert listing.returncode == 0, listing.stderr
     # headwater-dev's groups first, then the others, then the built-in ones.
     commands = re.findall(r"^    (\w+)", listing.stdout, re.MULTILINE)
-    assert commands[:5] == ["devstack", "bench", "hello", "needy", "ingest"], commands
+    assert commands[:6] == ["devstack", "bench", "chaos", "hello", "needy", "ingest"], commands
     assert re.search(r"needy\s+\(not installed: pip install 'headwater\[dev\]'\)", listing.stdout)
     ran = headwater("hello", env=env)
     assert (ran.returncode, ran.stdout) == (0, "hello from an entry point\n"), ran.stderr

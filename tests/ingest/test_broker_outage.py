@@ -12,37 +12,34 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
-from headwater import record_headers as rh
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
-from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater_dev.devstack.broker import EmbeddedBroker, free_port
 from tests.support.faultproxy import FaultProxy
+from tests.support.ingest_ledger import (
+    RECOVER_WITHIN_S,
+    RETRIABLE_CALL,
+    SLACK_S,
+    Ledger,
+    assert_acked_are_in_kafka,
+    assert_failed_retriably,
+    assert_within_deadlines,
+    publish,
+    recover,
+)
 
-from .conftest import RunningIngest, bearer, device_message
+from .conftest import RunningIngest, bearer
 
-TOPIC = INGEST_TOPICS["telemetry"]
 PRODUCE_TIMEOUT_S = 3.0
-#: Slack on top of a deadline for scheduling on a loaded machine.
-SLACK_S = 1.0
-RECOVER_WITHIN_S = 45.0
-RETRIABLE_CALL = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-RETRIABLE_MESSAGE = {
-    grpc.StatusCode.UNAVAILABLE.value[0],
-    grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
-}
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
@@ -86,98 +83,6 @@ async def service(
     return await start_ingest(settings_for(ingest_settings, broker))
 
 
-@dataclass
-class Ledger:
-    """What the service answered: every OK with its coordinates, every call's ending."""
-
-    devices: str = field(default_factory=lambda: f"acme-outage-{uuid.uuid4().hex[:8]}")
-    acked: dict[str, tuple[int, int]] = field(default_factory=dict)
-    calls: list[tuple[float, float, grpc.StatusCode]] = field(default_factory=list)
-
-    def messages(self, n: int) -> list:
-        return [device_message(f"{self.devices}-{i}") for i in range(n)]
-
-    def record(self, messages: list, results) -> None:
-        assert [r.message_id for r in results] == [m.message_id for m in messages]
-        for result in results:
-            if result.code == 0:
-                self.acked[result.message_id] = (result.partition, result.offset)
-
-
-def retry_delay_of(exc: grpc.aio.AioRpcError) -> float | None:
-    status = rpc_status.from_call(exc)
-    for detail in status.details if status else ():
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return info.retry_delay.ToTimedelta().total_seconds()
-    return None
-
-
-async def publish(
-    running: RunningIngest, ledger: Ledger, deadline_s: float, n: int = 3
-) -> tuple[grpc.StatusCode, list]:
-    """One batch call; record what it answered and how long it took. Never raises."""
-    messages = ledger.messages(n)
-    started = time.monotonic()
-    try:
-        response = await running.stub.PublishTelemetry(
-            api.PublishTelemetryRequest(messages=messages), metadata=bearer(), timeout=deadline_s
-        )
-    except grpc.aio.AioRpcError as exc:
-        ledger.calls.append((time.monotonic() - started, deadline_s, exc.code()))
-        if exc.code() == grpc.StatusCode.UNAVAILABLE:
-            # The server said it (not the transport): it says when to come back.
-            assert retry_delay_of(exc) is not None, exc
-        return exc.code(), []
-    ledger.calls.append((time.monotonic() - started, deadline_s, grpc.StatusCode.OK))
-    ledger.record(messages, response.results)
-    return grpc.StatusCode.OK, list(response.results)
-
-
-def assert_failed_retriably(code: grpc.StatusCode, results: list) -> None:
-    """During a fault: the whole call failed retriably, or every message did."""
-    if code != grpc.StatusCode.OK:
-        assert code in RETRIABLE_CALL, code
-        return
-    for result in results:
-        assert result.code != 0, f"answered OK without a broker ack: {result}"
-        assert result.code in RETRIABLE_MESSAGE and result.error.retriable, result
-
-
-def assert_within_deadlines(ledger: Ledger) -> None:
-    """No call outlived its deadline (nor the produce timeout, when that came first)."""
-    for elapsed, deadline_s, code in ledger.calls:
-        bound = min(deadline_s, PRODUCE_TIMEOUT_S) + SLACK_S
-        assert elapsed < bound, f"a call took {elapsed:.2f}s (deadline {deadline_s}s, {code})"
-
-
-async def recover(running: RunningIngest, ledger: Ledger) -> float:
-    """Call until one succeeds for every message; return how long that took."""
-    started = time.monotonic()
-    while time.monotonic() - started < RECOVER_WITHIN_S:
-        code, results = await publish(running, ledger, deadline_s=5.0)
-        if code == grpc.StatusCode.OK and all(r.code == 0 for r in results):
-            return time.monotonic() - started
-        await asyncio.sleep(0.2)  # a gateway's retry backoff, not synchronization
-    raise AssertionError(f"ingest did not recover within {RECOVER_WITHIN_S}s of the heal")
-
-
-async def assert_acked_are_in_kafka(broker: Broker, ledger: Ledger) -> None:
-    """Every message answered OK is in the topic at the partition and offset it was told."""
-    assert ledger.acked, "nothing was acknowledged: the test proves nothing"
-
-    def read() -> dict[tuple[int, int], str]:
-        return {
-            (msg.partition(), msg.offset()): dict(msg.headers() or [])[rh.MESSAGE_ID].decode()
-            for msg in read_topic(broker.bootstrap, TOPIC, timeout_s=60)
-        }
-
-    stored = await asyncio.to_thread(read)
-    for message_id, coordinates in ledger.acked.items():
-        assert stored.get(coordinates) == message_id, (message_id, coordinates)
-
-
 @pytest.mark.parametrize("fault", ["cut", "stall"])
 async def test_batch_calls_end_within_their_deadline_and_never_claim_an_ack(broker, service, fault):
     ledger = Ledger()
@@ -191,12 +96,12 @@ async def test_batch_calls_end_within_their_deadline_and_never_claim_an_ack(brok
         assert_failed_retriably(code, results)
     # Still failing cleanly a little later (reconnect attempts, stale metadata).
     assert_failed_retriably(*await publish(service, ledger, 2.0))
-    assert_within_deadlines(ledger)
+    assert_within_deadlines(ledger, PRODUCE_TIMEOUT_S)
     ok_before = len(ledger.acked)
     broker.proxy.heal()
     await recover(service, ledger)
     assert len(ledger.acked) > ok_before
-    await assert_acked_are_in_kafka(broker, ledger)
+    await assert_acked_are_in_kafka(broker.bootstrap, ledger)
 
 
 @pytest.mark.parametrize("fault", ["cut", "stall"])
@@ -237,7 +142,7 @@ async def test_stream_frames_are_answered_in_time_and_never_claim_an_ack(broker,
     await stream.done_writing()
     assert await asyncio.wait_for(stream.read(), 10) is grpc.aio.EOF
     assert await stream.code() == grpc.StatusCode.OK
-    await assert_acked_are_in_kafka(broker, ledger)
+    await assert_acked_are_in_kafka(broker.bootstrap, ledger)
 
 
 async def test_flapping_broker_under_load_never_loses_an_acknowledged_message(broker, service):
@@ -265,11 +170,11 @@ async def test_flapping_broker_under_load_never_loses_an_acknowledged_message(br
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*callers), 30)
-    assert_within_deadlines(ledger)
+    assert_within_deadlines(ledger, PRODUCE_TIMEOUT_S)
     codes = {code for _, _, code in ledger.calls}
     assert codes <= RETRIABLE_CALL | {grpc.StatusCode.OK}, codes
     assert codes & RETRIABLE_CALL, "no call failed: the long faults did not bite"
-    await assert_acked_are_in_kafka(broker, ledger)
+    await assert_acked_are_in_kafka(broker.bootstrap, ledger)
 
 
 @pytest.mark.parametrize("fault", ["cut", "stall"])
@@ -284,11 +189,11 @@ async def test_service_started_during_an_outage_serves_once_the_broker_is_back(
     ledger = Ledger()
     code, _ = await publish(running, ledger, deadline_s=2.0)
     assert code == grpc.StatusCode.UNAVAILABLE  # "not connected yet", with a retry delay
-    assert_within_deadlines(ledger)
+    assert_within_deadlines(ledger, PRODUCE_TIMEOUT_S)
     broker.proxy.heal()
     # Health turns SERVING by itself: an event, awaited with a bound.
     while (await watch.read()).status != SERVING:
         pass
     watch.cancel()
     await recover(running, ledger)
-    await assert_acked_are_in_kafka(broker, ledger)
+    await assert_acked_are_in_kafka(broker.bootstrap, ledger)

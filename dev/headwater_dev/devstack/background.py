@@ -45,7 +45,14 @@ def _port_busy(port: int) -> bool:
     return False
 
 
-def up(workdir: Path, ports: Ports, with_enricher: bool, wait_s: float, as_json: bool) -> int:
+def up(
+    workdir: Path,
+    ports: Ports,
+    with_enricher: bool,
+    wait_s: float,
+    as_json: bool,
+    brokers: int = 1,
+) -> int:
     """Start a background dev stack in ``workdir`` and print how to use it.
 
     Returns:
@@ -60,7 +67,13 @@ def up(workdir: Path, ports: Ports, with_enricher: bool, wait_s: float, as_json:
     wanted = {"kafka": ports.kafka, "grpc": ports.grpc, "ingest_metrics": ports.ingest_metrics}
     if with_enricher:
         wanted["enricher_metrics"] = ports.enricher_metrics
-    busy = [f"{port} ({PORT_FLAGS[name]})" for name, port in wanted.items() if _port_busy(port)]
+    # A cluster's further nodes listen on the ports after --kafka-port.
+    wanted |= {f"kafka-{i + 1}": ports.kafka + i for i in range(1, brokers)}
+    busy = [
+        f"{port} ({PORT_FLAGS[name.split('-')[0]]})"
+        for name, port in wanted.items()
+        if _port_busy(port)
+    ]
     if busy:
         print(f"ports in use on 127.0.0.1: {', '.join(busy)}; choose others with those flags")
         return 1
@@ -70,6 +83,7 @@ def up(workdir: Path, ports: Ports, with_enricher: bool, wait_s: float, as_json:
     cmd += ["--kafka-port", str(ports.kafka), "--grpc-port", str(ports.grpc)]
     cmd += ["--ingest-metrics-port", str(ports.ingest_metrics)]
     cmd += ["--enricher-metrics-port", str(ports.enricher_metrics)]
+    cmd += ["--brokers", str(brokers)]
     if not with_enricher:
         cmd.append("--no-enricher")
     with open(workdir / "supervisor.log", "ab") as out:
@@ -170,7 +184,8 @@ def down(workdir: Path, timeout_s: float) -> int:
             forced = True
     # After a crash or a kill, the pieces may outlive their supervisor.
     for name, child in current.pids.items():
-        marker = _BROKER_MARKER if name == "broker" else _MARKERS.get(name, "headwater")
+        is_broker = name.startswith("broker")  # "broker", or "broker-<id>" of a cluster
+        marker = _BROKER_MARKER if is_broker else _MARKERS.get(name, "headwater")
         if status_file.runs(child, marker):
             print(f"killing the leftover {name} (pid {child})")
             os.kill(child, signal.SIGKILL)
@@ -199,11 +214,13 @@ def _kafka_ok(port: int) -> bool:
 def check(current: status_file.StackState) -> dict[str, str]:
     """Return each piece's condition: "up", or what is wrong with it."""
     pieces: dict[str, str] = {}
-    broker_pid = current.pids.get("broker")
-    if broker_pid is not None and not status_file.alive(broker_pid):
-        pieces["broker"] = "exited"
-    else:
-        pieces["broker"] = "up" if _kafka_ok(current.ports["kafka"]) else "unreachable"
+    for i in range(current.brokers):
+        name = "broker" if current.brokers == 1 else f"broker-{i + 1}"
+        broker_pid = current.pids.get(name)
+        if broker_pid is not None and not status_file.alive(broker_pid):
+            pieces[name] = "exited"
+        else:
+            pieces[name] = "up" if _kafka_ok(current.ports["kafka"] + i) else "unreachable"
     if "ingest" in current.pids:
         if "ingest" in current.exited:
             pieces["ingest"] = "exited"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -50,13 +51,23 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_properties(
-    data_dir: Path, port: int, controller_port: int, advertised_port: int
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    advertised_port: int,
+    node_id: int = 1,
+    voters: str | None = None,
 ) -> dict[str, str]:
-    """Return the broker configuration of a single-node dev cluster on loopback."""
+    """Return the configuration of one combined broker and controller node on loopback.
+
+    ``voters`` is the controller quorum (``id@host:port,...``); by default the node alone,
+    a single-node cluster. :mod:`headwater_dev.devstack.cluster` adds the replication
+    settings of a cluster on top.
+    """
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised_port}",
         "controller.listener.names": "CONTROLLER",
@@ -144,6 +155,9 @@ class EmbeddedBroker:
             ``kafka-storage format --add-scram`` takes them:
             ``SCRAM-SHA-512=[name=alice,password=secret]``. KRaft has no other way to hold a
             credential before a client can authenticate.
+        node_id, controller_port, voters: this node's place in a multi-node cluster
+            (:class:`headwater_dev.devstack.cluster.BrokerCluster` sets them); by default
+            a single node that is its own controller quorum.
     """
 
     def __init__(
@@ -155,9 +169,16 @@ class EmbeddedBroker:
         config: Mapping[str, str] | None = None,
         extra_listeners: Mapping[str, tuple[str, int]] | None = None,
         scram_credentials: Sequence[str] = (),
+        node_id: int = 1,
+        controller_port: int | None = None,
+        voters: str | None = None,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self.node_id = node_id
+        # Chosen once: a node restarted (after kill()) must rejoin the quorum at its address.
+        self.controller_port = controller_port or free_port()
+        self._voters = voters
         self.advertised_port = advertised_port or self.port
         self._data_dir = Path(data_dir) if data_dir else None
         self._log_path = Path(log_path) if log_path else None
@@ -190,8 +211,11 @@ class EmbeddedBroker:
         """The broker's process id while it runs."""
         return self._proc.pid if self._proc is not None else None
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> EmbeddedBroker:
+    def start(self, timeout: float = START_TIMEOUT_S, wait: bool = True) -> EmbeddedBroker:
         """Start the broker and wait until it is ready (idempotent).
+
+        ``wait=False`` only launches the process: a node of a cluster cannot be ready
+        alone (its quorum needs a majority), so the cluster waits for all of them at once.
 
         Raises:
             BrokerStartError: not ready within ``timeout`` seconds, or the process exited.
@@ -204,7 +228,9 @@ class EmbeddedBroker:
         data.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         props = data / "server.properties"
-        conf = server_properties(data, self.port, free_port(), self.advertised_port)
+        conf = server_properties(
+            data, self.port, self.controller_port, self.advertised_port, self.node_id, self._voters
+        )
         conf = _with_listeners(conf, self._extra_listeners, self.host)
         props.write_text(_properties(conf | self._config))
         (data / "log4j2.properties").write_text(_log4j2(self.log_path))
@@ -220,6 +246,8 @@ class EmbeddedBroker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C meant for the caller reaches us via stop()
             )
+        if not wait:
+            return self
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -246,47 +274,21 @@ class EmbeddedBroker:
             )
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        conf: dict[str, str | int | float | bool] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "log_level": 0,
-        }
-        admin = AdminClient(conf)
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise BrokerStartError(
-                    f"Apache Kafka exited with code {self._proc.returncode} while starting"
-                    f"{self._log_tail()}"
-                )
-            with contextlib.suppress(KafkaException):
-                if admin.list_topics(timeout=1).brokers and self._produce_once(admin):
-                    return
-            time.sleep(0.2)
-        raise BrokerStartError(
-            f"Apache Kafka on {self.host}:{self.port} was not ready after {timeout:.0f}s "
-            f"(no metadata answer and acks=all produce){self._log_tail()}"
+        wait_ready(self.bootstrap_servers, [self], timeout)
+
+    def exit_message(self) -> str:
+        """Say how the process exited, with its log's tail (for a start that failed)."""
+        code = self._proc.returncode if self._proc is not None else None
+        return f"Apache Kafka node {self.node_id} exited with code {code} while starting" + (
+            self.log_tail()
         )
 
-    def _produce_once(self, admin: AdminClient) -> bool:
-        if READINESS_TOPIC not in admin.list_topics(timeout=1).topics:
-            future = admin.create_topics([NewTopic(READINESS_TOPIC, 1, 1)])[READINESS_TOPIC]
-            with contextlib.suppress(KafkaException):
-                future.result(timeout=5)
-        errors: list[object] = []
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "acks": "all",
-                "message.timeout.ms": 2000,
-                "log_level": 0,
-            }
-        )
-        producer.produce(READINESS_TOPIC, b"ready", on_delivery=lambda e, _m: errors.append(e))
-        producer.flush(3)
-        return errors == [None]
+    def exited(self) -> bool:
+        """Whether the process was started and has exited on its own."""
+        return self._proc is not None and self._proc.poll() is not None
 
-    def _log_tail(self) -> str:
+    def log_tail(self) -> str:
+        """The last lines of the log, to put in an error message."""
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
         except OSError:
@@ -299,6 +301,7 @@ class EmbeddedBroker:
         A temporary data folder is removed; a ``data_dir`` given by the caller is kept.
         """
         if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)  # a paused broker cannot act on SIGTERM
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=timeout)
@@ -310,8 +313,72 @@ class EmbeddedBroker:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
             self._owned_dir = self._data_dir = None
 
+    def kill(self) -> None:
+        """SIGKILL the process, as a lost machine would; the data stays (start() again)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+            self._proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP the process: alive to the kernel, silent to its peers (a GC or VM stall)."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused process."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_ready(
+    bootstrap: str, nodes: Sequence[EmbeddedBroker], timeout: float, replicas: int = 1
+) -> None:
+    """Wait until the metadata lists every node and an ``acks=all`` produce is acknowledged.
+
+    The produce goes to :data:`READINESS_TOPIC`, created with ``replicas`` replicas: on a
+    cluster an acknowledgement then means every node replicates and the quorum works.
+
+    Raises:
+        BrokerStartError: not ready within ``timeout`` seconds, or a node's process exited.
+    """
+    deadline = time.monotonic() + timeout
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    while time.monotonic() < deadline:
+        for node in nodes:
+            if node.exited():
+                raise BrokerStartError(node.exit_message())
+        with contextlib.suppress(KafkaException):
+            listed = admin.list_topics(timeout=1).brokers
+            if len(listed) >= len(nodes) and _produce_once(bootstrap, admin, replicas):
+                return
+        time.sleep(0.2)
+    raise BrokerStartError(
+        f"Apache Kafka on {bootstrap} was not ready after {timeout:.0f}s "
+        f"(every node in the metadata and an acks=all produce){nodes[0].log_tail()}"
+    )
+
+
+def _produce_once(bootstrap: str, admin: AdminClient, replicas: int) -> bool:
+    if READINESS_TOPIC not in admin.list_topics(timeout=1).topics:
+        future = admin.create_topics([NewTopic(READINESS_TOPIC, 1, replicas)])[READINESS_TOPIC]
+        with contextlib.suppress(KafkaException):
+            future.result(timeout=5)
+    errors: list[object] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "message.timeout.ms": 2000,
+            "log_level": 0,
+        }
+    )
+    producer.produce(READINESS_TOPIC, b"ready", on_delivery=lambda e, _m: errors.append(e))
+    producer.flush(3)
+    return errors == [None]

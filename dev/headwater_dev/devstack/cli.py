@@ -60,6 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="logs and summary (default %(default)s)",
     )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    _brokers_argument(run)
+    run.add_argument(
+        "--chaos",
+        action="store_true",
+        help="SIGKILL the Kafka node leading the telemetry topic halfway through, start it "
+        "again, and show it in the summary: every guarantee must still PASS (needs --brokers 3)",
+    )
     run.set_defaults(func=_run)
 
     up = commands.add_parser(
@@ -163,6 +170,25 @@ def _stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-enricher", action="store_true", help="run broker and ingest only (no Spark)"
     )
+    _brokers_argument(parser)
+
+
+def _brokers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--brokers",
+        type=_broker_count,
+        default=1,
+        help="Kafka nodes: 1 (default), or 3 (5, 7, 9) for a cluster with production's "
+        "replication: 3 replicas, min.insync.replicas=2, unclean election off; nodes on the "
+        "Kafka port and the next ones. Each node costs the memory of one broker.",
+    )
+
+
+def _broker_count(text: str) -> int:
+    # An even quorum survives no more losses than the odd one below it, at more cost.
+    if not text.isdigit() or not (text == "1" or (int(text) % 2 == 1 and 3 <= int(text) <= 9)):
+        raise argparse.ArgumentTypeError(f"1, or an odd number from 3 to 9, not {text!r}")
+    return int(text)
 
 
 def _ports(args: argparse.Namespace) -> Ports:
@@ -188,7 +214,9 @@ def _up(args: argparse.Namespace) -> int:
     _preflight(not args.no_enricher)
     interrupt_on_stop()
     try:
-        return up(args.workdir, _ports(args), not args.no_enricher, args.wait, args.json)
+        return up(
+            args.workdir, _ports(args), not args.no_enricher, args.wait, args.json, args.brokers
+        )
     except KeyboardInterrupt:  # the supervisor is detached: only the waiting stops
         print("stopped waiting; the stack goes on in the background (`status`, `down`)")
         return 130
@@ -200,7 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging()
     _preflight(not args.no_enricher)
-    opts = StackOptions(args.workdir, _ports(args), not args.no_enricher)
+    opts = StackOptions(args.workdir, _ports(args), not args.no_enricher, args.brokers)
     return asyncio.run(Supervisor(opts).run())
 
 
@@ -243,6 +271,9 @@ def _run(args: argparse.Namespace) -> int:
     from headwater_dev.devstack.summary import guarantees
 
     configure_logging("WARNING")
+    if args.chaos and args.brokers < 3:
+        print("--chaos kills a broker: it needs a cluster that survives it, --brokers 3")
+        return 2
     _preflight(not args.no_enricher)
     opts = DevStackOptions(
         duration_s=args.duration,
@@ -253,6 +284,8 @@ def _run(args: argparse.Namespace) -> int:
         enricher_drain_s=args.enricher_drain,
         workdir=args.workdir,
         json_output=args.json,
+        brokers=args.brokers,
+        chaos=args.chaos,
     )
     interrupt_on_stop()  # the run's finally blocks stop what it started
     try:

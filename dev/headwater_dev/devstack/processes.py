@@ -104,9 +104,13 @@ def service_env(
     return env
 
 
-def create_topics(bootstrap: str) -> None:
-    """Create every Headwater topic that is missing (3 partitions, one replica)."""
-    ensure_topics(bootstrap, all_topics(partitions=3, replication_factor=1))
+def create_topics(bootstrap: str, brokers: int = 1) -> None:
+    """Create every Headwater topic that is missing: 3 partitions, one replica per broker.
+
+    On a cluster that is production's three replicas (the brokers add
+    ``min.insync.replicas=2``: headwater_dev.devstack.cluster).
+    """
+    ensure_topics(bootstrap, all_topics(partitions=3, replication_factor=min(brokers, 3)))
 
 
 def start_process(cmd: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:

@@ -22,8 +22,10 @@ from typing import Any
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.runtime.logs import JsonFormatter
 from headwater.topics import INGEST_TOPICS
+from headwater_dev.chaos.run import kill_a_leader
 from headwater_dev.devstack import seeding, status_file
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.cluster import BrokerCluster, dev_kafka
 from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
 from headwater_dev.devstack.processes import (
@@ -57,6 +59,10 @@ class DevStackOptions:
     workdir: Path = Path(".devstack/run")
     seed: int = 7
     json_output: bool = False
+    #: 1: the embedded broker; 3: a cluster with production's replication (RF 3, min ISR 2).
+    brokers: int = 1
+    #: Kill the leader of the telemetry topic halfway (needs brokers >= 3).
+    chaos: bool = False
 
 
 def _tokens_yaml(fleet: list[SimGateway]) -> str:
@@ -127,9 +133,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     _log_gateways_to(workdir / "fleet.log")
     display = ProgressLine()
     procs: list[subprocess.Popen[bytes]] = []
-    with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
+    with dev_kafka(opts.brokers, None, workdir, None) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topics(bootstrap)
+        create_topics(bootstrap, opts.brokers)
         _publish_master(bootstrap, fleet, late=False)
         ports = Ports(broker.port, free_port(), free_port(), free_port())
         # The checkpoint lives and dies with the temporary broker's data (removed when the
@@ -178,6 +184,11 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                     random.Random(opts.seed),
                 )
             )
+            chaos = (
+                asyncio.create_task(kill_a_leader(broker, opts.duration_s / 2, display))
+                if opts.chaos and isinstance(broker, BrokerCluster)
+                else None
+            )
             await run_fleet(
                 target,
                 fleet,
@@ -189,6 +200,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 opts.seed,
             )
             elapsed = time.monotonic() - started
+            fault = await chaos if chaos is not None else None
             await commanding
             late_master.cancel()
             progress.cancel()
@@ -208,6 +220,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             summary = build_summary(
                 stats, readback, missing_acks(stats.acked, readback), elapsed, enriched
             )
+            summary["kafka"] = {"brokers": opts.brokers, "fault": fault}
             summary["commands"] = {
                 "sent": len(tally.sent),
                 "refused": dict(tally.refused),

@@ -43,6 +43,8 @@ class StackState:
     error: str | None = None
     #: The piece whose failure stopped the start (its log's tail is what ``up`` shows).
     failed_part: str | None = None
+    #: Kafka nodes, on ports["kafka"] and the next ones.
+    brokers: int = 1
 
     @property
     def grpc_target(self) -> str:
@@ -51,8 +53,9 @@ class StackState:
 
     @property
     def bootstrap_servers(self) -> str:
-        """The Kafka bootstrap address."""
-        return f"127.0.0.1:{self.ports['kafka']}"
+        """The Kafka bootstrap address: every node's."""
+        first = self.ports["kafka"]
+        return ",".join(f"127.0.0.1:{first + i}" for i in range(self.brokers))
 
     def metrics_url(self, service: str) -> str:
         """The Prometheus scrape URL of ``ingest`` or ``enricher``."""

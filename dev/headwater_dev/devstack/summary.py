@@ -164,6 +164,17 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
         ]
         stages.append(("enricher", rows))
+    kafka = summary.get("kafka")
+    if kafka is not None:
+        rows = [("brokers", str(kafka["brokers"]))]
+        fault = kafka.get("fault")
+        if fault is not None:
+            rows += [
+                (f"leader of {fault['leader_of']} killed", f"node {fault['killed_node']}"),
+                ("  - a new leader after", f"{fault['new_leader_after_s']} s"),
+                ("  - every replica in sync again after", f"{fault['in_sync_again_after_s']} s"),
+            ]
+        stages.append(("kafka", rows))
     commands = summary.get("commands")
     if commands is not None:
         rows = [("sent", str(commands["sent"]))]

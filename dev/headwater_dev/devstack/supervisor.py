@@ -25,7 +25,7 @@ from headwater.runtime.signals import async_stop_event
 from headwater.subscriber.settings import SubscriberSettings
 from headwater.topics import TopicSpec
 from headwater_dev.devstack import ownership, seeding, status_file
-from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.cluster import BrokerCluster, DevKafka, broker_pids, dev_kafka
 from headwater_dev.devstack.processes import (
     PartFailedError,
     Ports,
@@ -65,6 +65,8 @@ class StackOptions:
     workdir: Path
     ports: Ports
     with_enricher: bool = True
+    #: 1: the embedded broker; 3: a cluster on ports.kafka, +1, +2 (production's replication).
+    brokers: int = 1
 
 
 class _Stopped(Exception):
@@ -143,7 +145,7 @@ class Supervisor:
         self.opts = opts
         self.workdir = opts.workdir.resolve()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.broker: EmbeddedBroker | None = None
+        self.broker: DevKafka | None = None
         self.state: status_file.StackState | None = None
 
     def _save(self, **changes: object) -> None:
@@ -171,6 +173,7 @@ class Supervisor:
                 "enricher_metrics": ports.enricher_metrics,
             },
             with_enricher=self.opts.with_enricher,
+            brokers=self.opts.brokers,
             token=token,
             gateway_id=GATEWAY_ID,
             device_id=DEMO_DEVICE,
@@ -205,19 +208,20 @@ class Supervisor:
         ports, workdir = self.opts.ports, self.workdir
         checkpoint = workdir / "checkpoint"
         self._save(step="starting the Kafka broker")
-        self.broker = EmbeddedBroker(
-            port=ports.kafka, log_path=workdir / "broker.log", data_dir=workdir / "kafka"
-        )
+        # A cluster's data apart from the single broker's: the enricher's checkpoint is
+        # claimed by one of them (ownership), and their offsets differ.
+        brokers = self.opts.brokers
+        data = workdir / ("kafka" if brokers == 1 else f"kafka-{brokers}-nodes")
+        self.broker = dev_kafka(brokers, ports.kafka, workdir, data)
         await _in_thread(self.broker.start, stop)
-        if self.broker.pid:
-            self._save(pids={**self._pids(), "broker": self.broker.pid})
+        self._save(pids=self._pids())
         if self.opts.with_enricher:
             # Before the enricher reads it: its offsets must be this broker's data's.
-            claimed = ownership.claim(checkpoint, workdir / "kafka")
+            claimed = ownership.claim(checkpoint, data)
             log.info("enricher checkpoint %s: %s", checkpoint, claimed)
         bootstrap = self.broker.bootstrap_servers
         self._save(step="creating topics and the demo device's master data")
-        await _in_thread(lambda: create_topics(bootstrap), stop)
+        await _in_thread(lambda: create_topics(bootstrap, self.opts.brokers), stop)
         await _in_thread(lambda: _create_demo_dead_letter_topic(bootstrap), stop)
         await _in_thread(lambda: _publish_demo_master(bootstrap), stop)
         env = service_env(bootstrap, ports, checkpoint, workdir / "tokens.yaml")
@@ -250,8 +254,8 @@ class Supervisor:
 
     def _pids(self) -> dict[str, int]:
         pids = {name: proc.pid for name, proc in self.procs.items()}
-        if self.broker is not None and self.broker.pid:
-            pids["broker"] = self.broker.pid
+        if self.broker is not None:
+            pids |= broker_pids(self.broker)
         return pids
 
     async def _watch(self, stop: asyncio.Event) -> None:
@@ -260,6 +264,7 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
             assert self.state is not None
+            await asyncio.to_thread(self._restart_lost_brokers)
             for name, proc in self.procs.items():
                 code = proc.poll()
                 if code is not None and name not in self.state.exited:
@@ -271,6 +276,23 @@ class Supervisor:
                         exited={**self.state.exited, name: code},
                         exit_logs={**self.state.exit_logs, name: tail},
                     )
+
+    def _restart_lost_brokers(self) -> None:
+        """Start a cluster node that exited (killed, or stopped by ``headwater chaos``) again.
+
+        What Kubernetes does for a Strimzi broker pod: the node rejoins with its data and
+        catches up; its partitions lead again after the next preferred-leader election.
+        A single broker is left alone: nothing could take over meanwhile, so its exit is
+        reported (status says degraded) instead of hidden.
+        """
+        if not isinstance(self.broker, BrokerCluster):
+            return
+        for node in self.broker.nodes:
+            if node.exited():
+                log.warning("Kafka node %s exited; starting it again with its data", node.node_id)
+                node.kill()  # reaps the exited process
+                node.start(wait=False)
+                self._save(pids=self._pids())
 
     def _stop_all(self) -> None:
         """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""

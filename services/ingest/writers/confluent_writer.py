@@ -18,8 +18,10 @@ loop; the server turns health NOT_SERVING and replaces the producer (``rpc/serve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +99,8 @@ class ConfluentWriter:
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
         self._connected = False
+        #: Set once the idempotent producer holds its producer id (from librdkafka's stats).
+        self._pid_assigned = threading.Event()
         #: The first client error that names a setting (login, TLS), for start()'s error.
         self._explained: str | None = None
         self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
@@ -128,6 +132,10 @@ class ConfluentWriter:
             "logger": log,
             # Client errors (fatal ones included) come here, served by the poll thread.
             "error_cb": self.error_callback,
+            # The only public sign that the idempotent producer got its producer id
+            # (librdkafka's finest granularity is 1 s); see _wait_producer_id.
+            "statistics.interval.ms": 1000,
+            "stats_cb": self._on_stats,
         }
         # One producer across start attempts: a service started during an outage retries
         # start() and must not leave a librdkafka instance (and its threads) per attempt.
@@ -141,11 +149,38 @@ class ConfluentWriter:
             # so the error names the setting to fix instead of "transport failure".
             producer.poll(0)
             raise ProduceError(Kind.RETRIABLE, self._explained or str(exc), "_TRANSPORT") from exc
+        await loop.run_in_executor(None, lambda: self._wait_producer_id(producer, timeout))
         self._producer, self._loop, self._unconnected = producer, loop, None
         self._stopping.clear()
         self._poller = threading.Thread(target=self._poll, name="confluent-acks", daemon=True)
         self._poller.start()
         self._connected = True
+
+    def _wait_producer_id(self, producer: Producer, timeout_s: float) -> None:
+        """Wait until the producer holds its producer id; raise a retriable error if not.
+
+        Metadata alone is not ready: an idempotent producer writes nothing until a broker
+        hands it a producer id, and a broker still loading its coordinator state ("Coordinator
+        load in progress", right after a restart or a freeze) makes it wait. Serving before
+        then would accept frames that can only time out (issue 36).
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self._pid_assigned.is_set():
+            if time.monotonic() > deadline:
+                raise ProduceError(
+                    Kind.RETRIABLE,
+                    "no producer id from the cluster yet (a broker may still be loading its "
+                    "coordinator state)",
+                    "_PID",
+                )
+            producer.poll(0.1)  # serves stats_cb before the poll thread runs
+
+    def _on_stats(self, stats_json: str) -> None:
+        """Note when the producer id is assigned, from librdkafka's statistics (every second)."""
+        if not self._pid_assigned.is_set():
+            eos = json.loads(stats_json).get("eos") or {}
+            if eos.get("idemp_state") == "Assigned":
+                self._pid_assigned.set()
 
     def error_callback(self, err: KafkaError) -> None:
         """Handle an error librdkafka reports outside any one record (its ``error_cb``).

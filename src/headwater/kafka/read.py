@@ -43,12 +43,16 @@ BOUNDED_FETCH = {
 READ_ROLE = "headwater-read"
 
 #: Answers of a partition whose leader is still being elected (a topic created a moment
-#: ago): librdkafka does not flag all of them retriable, but they pass once it is elected.
+#: ago, or its leader just lost): librdkafka does not flag all of them retriable, but they
+#: pass once it is elected. _DESTROY_BROKER: the query was on its way to a broker that died.
 _ELECTING = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._TIMED_OUT,
+    KafkaError._DESTROY_BROKER,
+    # A new leader answers this until its high watermark has caught up (KIP-207).
+    KafkaError.OFFSET_NOT_AVAILABLE,
 }
 
 #: Errors a consume reports that librdkafka recovers from by itself (it reconnects).

@@ -1,0 +1,160 @@
+"""``headwater chaos``: provoke the faults production sees, on a dev stack, on purpose.
+
+Dev and staging only. Dry run by default: each command prints what it would do and what
+to watch; ``--execute`` does it. Today it acts on the background dev stack
+(``headwater devstack up --brokers 3``); docs/operations.md has the runbook of each fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from headwater_dev.chaos.devstack import Node
+    from headwater_dev.devstack.status_file import StackState
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``chaos`` command group."""
+    group = subparsers.add_parser(
+        "chaos",
+        help="fail a broker of the dev stack on purpose (dry run unless --execute)",
+        description=(
+            "Provoke a broker fault on the background dev stack (`headwater devstack up "
+            "--brokers 3`): the stack's supervisor starts a lost node again, as Kubernetes "
+            "restarts a broker pod. Without --execute nothing is done: the plan and what to "
+            "watch are printed. Exits 2 when there is no three-broker stack to act on."
+        ),
+    )
+    commands = group.add_subparsers(dest="chaos_command", required=True, metavar="COMMAND")
+    kill = commands.add_parser(
+        "kill-broker",
+        help="SIGKILL one Kafka node (a lost machine); the supervisor starts it again",
+        description=(
+            "SIGKILL one Kafka node: its partitions elect new leaders after the broker "
+            "session times out (about 10 s); producers retry, ingest answers UNAVAILABLE "
+            "with RetryInfo or waits within the call's deadline, never a false OK."
+        ),
+    )
+    kill.add_argument(
+        "--leader-of",
+        metavar="TOPIC",
+        help="the node leading TOPIC's partition 0 (default: node N)",
+    )
+    kill.set_defaults(func=_kill)
+    pause = commands.add_parser(
+        "pause-broker",
+        help="SIGSTOP one Kafka node for --seconds, then SIGCONT (a GC pause or VM stall)",
+        description=(
+            "Freeze one Kafka node (SIGSTOP), then resume it (SIGCONT): alive to the kernel, "
+            "silent to its peers. Longer than the broker session (9 s), it is fenced and "
+            "its partitions move; shorter, clients only wait."
+        ),
+    )
+    pause.add_argument("--seconds", type=float, default=15.0, help="how long (default 15)")
+    pause.add_argument("--leader-of", metavar="TOPIC", help="the node leading TOPIC's partition 0")
+    pause.set_defaults(func=_pause)
+    roll = commands.add_parser(
+        "roll-brokers",
+        help="restart every Kafka node in turn (SIGTERM), the next once all is in sync",
+        description=(
+            "A rolling restart, as an upgrade does it: each node stopped with SIGTERM "
+            "(controlled shutdown: its leaderships move first), started again by the "
+            "supervisor, and the next one only when every replica is back in sync."
+        ),
+    )
+    roll.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds per node to be back in sync"
+    )
+    roll.set_defaults(func=_roll)
+    for command in (kill, pause, roll):
+        command.add_argument(
+            "--workdir", type=Path, default=Path(".devstack"), help="the dev stack's folder"
+        )
+        command.add_argument("--execute", action="store_true", help="do it (default: dry run)")
+
+
+def _nodes(args: argparse.Namespace) -> tuple[StackState, list[Node]]:
+    """The stack's Kafka nodes, or exit 2 saying why there are none to act on."""
+    from headwater_dev.chaos.devstack import ChaosError, cluster_nodes
+
+    try:
+        return cluster_nodes(args.workdir)
+    except ChaosError as exc:
+        print(exc)
+        raise SystemExit(2) from None
+
+
+def _announce(args: argparse.Namespace, doing: str, hints: list[str]) -> bool:
+    """Print the plan and what to watch; True when it is to be carried out."""
+    print(("doing: " if args.execute else "dry run, would do: ") + doing)
+    print("watch:")
+    for hint in hints:
+        print(f"  {hint}")
+    if not args.execute:
+        print("nothing done: add --execute to do it")
+    return bool(args.execute)
+
+
+def _kill(args: argparse.Namespace) -> int:
+    from headwater_dev.chaos.devstack import pick, signal_node, watch_hints
+
+    state, nodes = _nodes(args)
+    node = pick(nodes, state.bootstrap_servers, args.leader_of)
+    why = f", leader of {args.leader_of}[0]" if args.leader_of else ""
+    doing = f"SIGKILL Kafka node {node.node_id} (pid {node.pid}{why})"
+    if _announce(args, doing, watch_hints(state, node)):
+        signal_node(node, signal.SIGKILL)
+        print(f"killed node {node.node_id}; the supervisor starts it again within seconds")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    from headwater_dev.chaos.devstack import pick, signal_node, watch_hints
+
+    state, nodes = _nodes(args)
+    node = pick(nodes, state.bootstrap_servers, args.leader_of)
+    doing = (
+        f"SIGSTOP Kafka node {node.node_id} (pid {node.pid}) for {args.seconds:g}s, then SIGCONT"
+    )
+    if _announce(args, doing, watch_hints(state, node)):
+        signal_node(node, signal.SIGSTOP)
+        try:
+            time.sleep(args.seconds)
+        finally:
+            signal_node(node, signal.SIGCONT)  # even on Ctrl-C: never leave a node frozen
+        print(f"resumed node {node.node_id} after {args.seconds:g}s")
+    return 0
+
+
+def _roll(args: argparse.Namespace) -> int:
+    from headwater_dev.chaos.devstack import (
+        ChaosError,
+        signal_node,
+        wait_replaced_and_in_sync,
+        watch_hints,
+    )
+
+    state, nodes = _nodes(args)
+    doing = (
+        f"SIGTERM Kafka nodes {', '.join(str(n.node_id) for n in nodes)} one at a time, each "
+        f"next once every replica is in sync again (at most {args.timeout:g}s per node)"
+    )
+    if not _announce(args, doing, watch_hints(state, nodes[0])):
+        return 0
+    for node in nodes:
+        _, current = _nodes(args)
+        node = next(n for n in current if n.node_id == node.node_id)
+        signal_node(node, signal.SIGTERM)
+        try:
+            took = wait_replaced_and_in_sync(args.workdir, node, args.timeout)
+        except ChaosError as exc:
+            print(f"stopped the roll: {exc}")
+            return 1
+        print(f"node {node.node_id} restarted and in sync after {took:.1f}s")
+    print("rolled every node")
+    return 0

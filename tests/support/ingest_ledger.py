@@ -1,0 +1,147 @@
+"""What an ingest service answered under a broker fault, and checks of it against Kafka.
+
+Shared by the fault tests on one broker behind a proxy (tests/ingest/test_broker_outage.py)
+and on the three-node cluster (tests/ingest/test_cluster_faults.py): a ``Ledger`` records
+every OK with its partition and offset and every call's ending; the checks say that no call
+outlived its deadline, that a failure was retriable, and that every OK is in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from headwater import record_headers as rh
+from headwater.kafka.read import read_topic
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
+from headwater.topics import INGEST_TOPICS
+from tests.support.ingest import RunningIngest, bearer, device_message
+
+TOPIC = INGEST_TOPICS["telemetry"]
+#: Slack on top of a deadline for scheduling on a loaded machine.
+SLACK_S = 1.0
+RECOVER_WITHIN_S = 45.0
+RETRIABLE_CALL = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+RETRIABLE_MESSAGE = {
+    grpc.StatusCode.UNAVAILABLE.value[0],
+    grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+}
+
+
+@dataclass
+class Ledger:
+    """What the service answered: every OK with its coordinates, every call's ending."""
+
+    devices: str = field(default_factory=lambda: f"acme-outage-{uuid.uuid4().hex[:8]}")
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: (seconds taken, deadline, status) of every call.
+    calls: list[tuple[float, float, grpc.StatusCode]] = field(default_factory=list)
+    #: (monotonic time it ended, seconds taken, messages answered OK) of every call.
+    timeline: list[tuple[float, float, int]] = field(default_factory=list)
+    #: (monotonic time, partition) of every message answered OK.
+    ok_at: list[tuple[float, int]] = field(default_factory=list)
+    #: Each message answered OK as it was sent: Kafka must hold exactly this.
+    sent: dict[str, device_message_pb2.DeviceMessage] = field(default_factory=dict)
+
+    def messages(self, n: int) -> list:
+        return [device_message(f"{self.devices}-{i}") for i in range(n)]
+
+    def record(self, messages: list, results) -> None:
+        assert [r.message_id for r in results] == [m.message_id for m in messages]
+        now = time.monotonic()
+        for message, result in zip(messages, results, strict=True):
+            if result.code == 0:
+                self.ok_at.append((now, result.partition))
+                self.acked[result.message_id] = (result.partition, result.offset)
+                self.sent[result.message_id] = message
+
+
+def retry_delay_of(exc: grpc.aio.AioRpcError) -> float | None:
+    status = rpc_status.from_call(exc)
+    for detail in status.details if status else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.ToTimedelta().total_seconds()
+    return None
+
+
+async def publish(
+    running: RunningIngest, ledger: Ledger, deadline_s: float, n: int = 3
+) -> tuple[grpc.StatusCode, list]:
+    """One batch call; record what it answered and how long it took. Never raises."""
+    messages = ledger.messages(n)
+    started = time.monotonic()
+    try:
+        response = await running.stub.PublishTelemetry(
+            api.PublishTelemetryRequest(messages=messages), metadata=bearer(), timeout=deadline_s
+        )
+    except grpc.aio.AioRpcError as exc:
+        ledger.calls.append((time.monotonic() - started, deadline_s, exc.code()))
+        ledger.timeline.append((time.monotonic(), time.monotonic() - started, 0))
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            # The server said it (not the transport): it says when to come back.
+            assert retry_delay_of(exc) is not None, exc
+        return exc.code(), []
+    ledger.calls.append((time.monotonic() - started, deadline_s, grpc.StatusCode.OK))
+    ok = sum(1 for r in response.results if r.code == 0)
+    ledger.timeline.append((time.monotonic(), time.monotonic() - started, ok))
+    ledger.record(messages, response.results)
+    return grpc.StatusCode.OK, list(response.results)
+
+
+def assert_failed_retriably(code: grpc.StatusCode, results: list) -> None:
+    """During a fault: the whole call failed retriably, or every message did."""
+    if code != grpc.StatusCode.OK:
+        assert code in RETRIABLE_CALL, code
+        return
+    for result in results:
+        assert result.code != 0, f"answered OK without a broker ack: {result}"
+        assert result.code in RETRIABLE_MESSAGE and result.error.retriable, result
+
+
+def assert_within_deadlines(ledger: Ledger, produce_timeout_s: float) -> None:
+    """No call outlived its deadline (nor the produce timeout, when that came first)."""
+    for elapsed, deadline_s, code in ledger.calls:
+        bound = min(deadline_s, produce_timeout_s) + SLACK_S
+        assert elapsed < bound, f"a call took {elapsed:.2f}s (deadline {deadline_s}s, {code})"
+
+
+async def recover(running: RunningIngest, ledger: Ledger) -> float:
+    """Call until one succeeds for every message; return how long that took."""
+    started = time.monotonic()
+    while time.monotonic() - started < RECOVER_WITHIN_S:
+        code, results = await publish(running, ledger, deadline_s=5.0)
+        if code == grpc.StatusCode.OK and all(r.code == 0 for r in results):
+            return time.monotonic() - started
+        await asyncio.sleep(0.2)  # a gateway's retry backoff, not synchronization
+    raise AssertionError(f"ingest did not recover within {RECOVER_WITHIN_S}s of the heal")
+
+
+async def assert_acked_are_in_kafka(bootstrap: str, ledger: Ledger) -> None:
+    """Every message answered OK is in the topic at the partition and offset it was told,
+    exactly as it was sent (none lost, none altered)."""
+    assert ledger.acked, "nothing was acknowledged: the test proves nothing"
+
+    def read() -> dict[tuple[int, int], tuple[str, bytes]]:
+        return {
+            (msg.partition(), msg.offset()): (
+                dict(msg.headers() or [])[rh.MESSAGE_ID].decode(),
+                msg.value(),
+            )
+            for msg in read_topic(bootstrap, TOPIC, timeout_s=60)
+        }
+
+    stored = await asyncio.to_thread(read)
+    for message_id, coordinates in ledger.acked.items():
+        found, value = stored.get(coordinates, ("", b""))
+        assert found == message_id, (message_id, coordinates)
+        kept = device_message_pb2.DeviceMessage.FromString(value)
+        assert kept == ledger.sent[message_id], f"{message_id} altered in Kafka"
