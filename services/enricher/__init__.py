@@ -8,7 +8,6 @@ Laid out by where the code runs:
   operator (``jvm/enricher-state``), the Kafka sink, the listeners (metrics, progress offsets).
 - :mod:`headwater.enricher.executor`: the Python that Spark's Python workers run over Arrow
   batches: decode, normalize (vendor ``formats``, units, the per-message budget).
-- :mod:`headwater.enricher.bench`: the enricher's own benchmarks (dev tooling).
 
 ``headwater.enricher.formats`` and ``headwater.enricher.normalize`` stay importable for
 normalizer plugins. Nothing is imported here so that ``headwater --help`` does not load Spark.

@@ -114,7 +114,8 @@ def test_a_checkpoint_of_another_state_layout_is_refused_at_start(
     ingest(kafka_bootstrap, topics, [Msg("c1", "dev-1", ACME, acme(1, 2), 1)])
     checkpoint = str(tmp_path / "cp")
     settings = settings_for(kafka_bootstrap, topics, checkpoint)
-    first = job.start(spark, settings, str(tmp_path / "stats.jsonl"), _other_layout)
+    raw = job.read_ingest(spark, settings)
+    first = job.write_stream(_other_layout(raw, settings), settings, str(tmp_path / "stats.jsonl"))
     try:
         # Both records (the master record and c1) went through the other layout's state.
         deadline = time.monotonic() + 120

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
@@ -31,8 +31,16 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 ROCKSDB_CONF = "spark.sql.streaming.stateStore.rocksdb"
 
 
-def build_session(settings: EnricherSettings, app_name: str = "headwater-enricher") -> SparkSession:
-    """Return a Spark session set up for the enricher (RocksDB state, our Kafka source)."""
+def build_session(
+    settings: EnricherSettings,
+    app_name: str = "headwater-enricher",
+    extra_jars: Sequence[str] = (),
+) -> SparkSession:
+    """Return a Spark session set up for the enricher (RocksDB state, our Kafka source).
+
+    ``extra_jars`` go on ``spark.jars`` beside the connector's and the operator's, for a run
+    that is not spark-submitted (whose classpath is the submitter's).
+    """
     # Python workers must run this interpreter, the one with headwater installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -44,7 +52,7 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
     if not submitted:
         # The image has the connector on Spark's classpath; a direct run takes the jars
         # `make install` copied.
-        builder = builder.config("spark.jars", connector_jars())
+        builder = builder.config("spark.jars", ",".join([connector_jars(), *extra_jars]))
     spark = (
         builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         # A batch's commit writes a changelog of its updates instead of a RocksDB snapshot
@@ -155,17 +163,19 @@ def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
 
 
 def start(
-    spark: SparkSession,
-    settings: EnricherSettings,
-    stats_path: str | None = None,
-    transform: Callable[[DataFrame, EnricherSettings], DataFrame] = enrich_stream,
+    spark: SparkSession, settings: EnricherSettings, stats_path: str | None = None
 ) -> StreamingQuery:
-    """Start the enricher query; return it running.
+    """Start the enricher query; return it running."""
+    return write_stream(enrich_stream(read_ingest(spark, settings), settings), settings, stats_path)
 
-    ``transform`` turns the raw Kafka rows into output records; the benchmark swaps in its
-    floor (``bench/floor.py``) to measure the same query with none of the enricher's work.
+
+def write_stream(
+    out: DataFrame, settings: EnricherSettings, stats_path: str | None = None
+) -> StreamingQuery:
+    """Start writing output records (``schema.OUTPUT``) through the enricher's sink; return it.
+
+    ``stats_path`` is the sink's statistics file (a fresh temporary one by default).
     """
-    out = transform(read_ingest(spark, settings), settings)
     stats_path = stats_path or os.path.join(
         tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl"
     )

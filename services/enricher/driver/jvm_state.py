@@ -44,12 +44,11 @@ def policy_lines(policy: Policy) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-def decode(keyed: DataFrame, master_topic: str, make_hop: Any = decoder) -> DataFrame:
+def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
     """Return keyed raw rows (``decode.key_columns``) with the hop's columns (``arrow_hop.HOP``).
 
     The keyed columns stay in the JVM; the hop's struct is spread into top-level columns
-    beside them, where the JVM operator finds them by name. ``make_hop`` builds the hop's
-    function (``arrow_hop.decoder``; the benchmark's floor passes one that does no work).
+    beside them, where the JVM operator finds them by name.
     """
     from pyspark.sql.functions import arrow_udf
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -59,7 +58,7 @@ def decode(keyed: DataFrame, master_topic: str, make_hop: Any = decoder) -> Data
     assert isinstance(hop, StructType)
     # Its kind (iterator of argument tuples) from the function's type hints, which PySpark
     # prefers to a functionType; its stubs have no overload for that form.
-    run = arrow_udf(make_hop(master_topic, to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
+    run = arrow_udf(decoder(master_topic, to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
     return keyed.select("*", run(*inputs()).alias("hop")).select(*keyed.columns, "hop.*")
 
 
@@ -75,12 +74,6 @@ def apply(decoded: DataFrame, policy: Policy) -> DataFrame:
     if out.columns != field_names(OUTPUT):
         raise RuntimeError(f"the JVM operator writes {out.columns}, the sink reads {OUTPUT}")
     return out
-
-
-def floor(keyed: DataFrame, completions: str, master_topic: str) -> DataFrame:
-    """Return the benchmark's JVM floor over keyed raw rows (the operator with no work)."""
-    spark = keyed.sparkSession
-    return DataFrame(_entry(spark).floor(keyed._jdf, completions, master_topic), spark)
 
 
 def process_devices(raw: DataFrame, policy: Policy) -> DataFrame:

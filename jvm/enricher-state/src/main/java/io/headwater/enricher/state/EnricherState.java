@@ -32,18 +32,6 @@ public final class EnricherState {
             Encoders.row(Records.OUTPUT));
   }
 
-  /**
-   * Returns the benchmark's JVM floor over raw keyed rows (decode.key_columns): the keyed
-   * operator with no enricher work ({@link FloorProcessor}).
-   */
-  public static Dataset<Row> floor(Dataset<Row> keyed, String completions, String masterTopic) {
-    return keyed
-        .groupBy(keyed.col("tenant"), keyed.col("device_key"))
-        .as(Encoders.row(KEY), Encoders.row(keyed.schema()))
-        .transformWithState(new FloorProcessor(completions, masterTopic),
-            TimeMode.ProcessingTime(), OutputMode.Append(), Encoders.row(Records.OUTPUT));
-  }
-
   /** The output layout, for Python to check against schema.OUTPUT. */
   public static String outputDdl() {
     return Records.OUTPUT.toDDL();

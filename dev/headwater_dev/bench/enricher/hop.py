@@ -1,6 +1,6 @@
 """Micro-benchmark of the Python hop in front of the JVM state (``arrow_hop``), without Spark.
 
-``python -m headwater.enricher.bench.hop --messages 20000`` builds the benchmark's telemetry
+``python -m headwater_dev.bench.enricher.hop --messages 20000`` builds the benchmark's telemetry
 records (``query.telemetry_record``), puts them in Arrow arrays as the hop's arguments
 arrive from Spark (``arrow_hop.inputs``), runs the hop's function over them and prints the
 CPU time per message (``time.process_time``, so other processes on the machine count less
@@ -13,11 +13,12 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 
 import pyarrow as pa
 
-from headwater.enricher.bench.query import telemetry_record
 from headwater.enricher.executor.arrow_hop import HEADERS, HOP, decoder
+from headwater_dev.bench.enricher.query import telemetry_record
 
 
 def _arrow_schemas(*ddls: str) -> list[pa.Schema]:
@@ -43,7 +44,7 @@ def _arrow_schemas(*ddls: str) -> list[pa.Schema]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the hop's CPU time per message as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m headwater.enricher.bench.hop")
+    parser = argparse.ArgumentParser(prog="python -m headwater_dev.bench.enricher.hop")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=10_000, help="rows per Arrow batch")
     args = parser.parse_args(argv)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("ingest.telemetry.v1", key.decode(), value, *(found.get(h) for h in HEADERS)))
     (hop,) = _arrow_schemas(HOP)
 
-    def arrays(part: list[tuple[object, ...]]) -> tuple[pa.Array, ...]:
+    def arrays(part: Sequence[tuple[object, ...]]) -> tuple[pa.Array, ...]:
         return tuple(pa.array(list(column)) for column in zip(*part, strict=True))
 
     batches = [arrays(rows[i : i + args.batch]) for i in range(0, len(rows), args.batch)]

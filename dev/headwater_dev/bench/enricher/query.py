@@ -1,6 +1,6 @@
 """Benchmark: the enricher on local Spark against its floors: latency, CPU, sustained rate.
 
-``python -m headwater.enricher.bench --devices 1000 10000`` starts an embedded broker
+``python -m headwater_dev.bench.enricher --devices 1000 10000`` starts an embedded broker
 (or uses ``--bootstrap-servers``), and for each fleet size and query, one query on one
 checkpoint (``local[2]`` unless ``--spark-master``):
 
@@ -21,7 +21,7 @@ checkpoint (``local[2]`` unless ``--spark-master``):
 Each measured phase prints the milliseconds the driver JVM's JIT spent compiling in it
 (``jit_ms_*``): never 0, Spark plans and generates code for every batch, but a hot phase
 shows as seconds of it. The queries, in one run: the enricher, then its floors (``--floors``,
-``bench/floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
+``floor.py``): ``floor-jvm``, the JVM keyed operator with no work and no Python hop;
 ``floor-jvm-hop``, the same behind the enricher's Python hop doing no work (what the
 design's hop costs before any decoding of ours); ``floor-jvm-decode`` (when asked for), the
 same behind the enricher's own hop (the enricher less its operator's work and its events);
@@ -53,7 +53,6 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.enricher.bench import cpu as bench_cpu
 from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
 from headwater.kafka.admin import ensure_topics
@@ -61,6 +60,7 @@ from headwater.kafka.settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import TopicSpec, scoped_key
+from headwater_dev.bench.enricher import cpu as bench_cpu
 
 ACME = "application/vnd.acme.telemetry.v1+json"
 
@@ -251,7 +251,9 @@ def bench_fleet(
     transform = _transform(query_kind, floor_buckets)
     watch = CompletionWatch(bootstrap, topics.completions)
     watch.start()
-    query = job.start(spark, settings, stats_path, transform)
+    query = job.write_stream(
+        transform(job.read_ingest(spark, settings), settings), settings, stats_path
+    )
 
     # Offered load: paced producer with received-at = send time. The first ``warmup``
     # seconds are not measured: the JIT is still compiling the query's code then (JFR's
@@ -298,7 +300,8 @@ def bench_fleet(
     # Back to back: a trigger interval longer than a batch would cap the faster query and
     # leave the cores idle between its batches.
     back_to_back = dataclasses.replace(settings, trigger_interval_seconds=0.0)
-    query = job.start(spark, back_to_back, stats_path, transform)
+    raw = job.read_ingest(spark, back_to_back)
+    query = job.write_stream(transform(raw, back_to_back), back_to_back, stats_path)
     _wait_for(drain_watch, query, n, 900)
     jit_drain = jit_ms(spark) - jit_before
     phase("drained")
@@ -404,7 +407,7 @@ def steady_rate(
     return {"msgs_per_s": round(median), "batches": [round(r) for r in rates], "spread": spread}
 
 
-#: The queries one run can measure: the enricher and its floors (``bench/floor.py``).
+#: The queries one run can measure: the enricher and its floors (``floor.py``).
 QUERIES = (
     "enricher",
     "floor-python",
@@ -416,8 +419,8 @@ QUERIES = (
 
 
 def _transform(query_kind: str, floor_buckets: int) -> Any:
-    from headwater.enricher.bench import floor as bench_floor
     from headwater.enricher.driver import job
+    from headwater_dev.bench.enricher import floor as bench_floor
 
     if query_kind == "floor-python":
         return functools.partial(bench_floor.floor_stream, buckets=floor_buckets)
@@ -527,7 +530,7 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one JSON line per fleet size."""
     parser = argparse.ArgumentParser(
-        prog="python -m headwater.enricher.bench",
+        prog="python -m headwater_dev.bench.enricher",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -582,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         choices=[q for q in QUERIES if q != "enricher"],
         default=["floor-jvm", "floor-jvm-hop", "floor-stateless"],
-        help="floors measured after the enricher, per fleet size (bench/floor.py)",
+        help="floors measured after the enricher, per fleet size (floor.py)",
     )
     parser.add_argument("--no-floor", action="store_true", help="measure no floor")
     parser.add_argument(
@@ -604,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from headwater.enricher.driver import job
     from headwater.enricher.driver.stderr_json import route_stderr_through_json
+    from headwater_dev.bench.enricher import floor as bench_floor
     from headwater_dev.devstack.broker import EmbeddedBroker
 
     route_stderr_through_json()  # Spark's chatter off; results go to stdout
@@ -613,8 +617,14 @@ def main(argv: list[str] | None = None) -> int:
     if not bootstrap:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap_servers
+    kinds = ["enricher", *([] if args.no_floor else args.floors)]
+    # The JVM floors' operator is a jar of its own (dev/jvm/bench-floor), never the enricher's.
+    uses_jvm_floor = any(kind.startswith("floor-jvm") for kind in kinds)
     spark = job.build_session(
-        EnricherSettings(spark_master=args.spark_master, shuffle_partitions=args.shuffle_partitions)
+        EnricherSettings(
+            spark_master=args.spark_master, shuffle_partitions=args.shuffle_partitions
+        ),
+        extra_jars=bench_floor.jars() if uses_jvm_floor else (),
     )
     spark.sparkContext.setLogLevel("ERROR")
     for setting in args.conf:
@@ -639,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results: list[dict[str, Any]] = []
         for devices in args.devices:
-            for kind in ["enricher", *([] if args.no_floor else args.floors)]:
+            for kind in kinds:
                 # The first query meets a cold JVM: it warms up longer.
                 warmup = args.warmup_seconds if results else args.first_warmup_seconds
                 result = measure(devices, kind, warmup if args.warmup_seconds > 0 else 0)

@@ -1,6 +1,6 @@
 """Benchmark: the normalize step and what its budget adds per message, without Spark.
 
-``python -m headwater.enricher.bench.normalize`` runs ``normalize_message`` over
+``python -m headwater_dev.bench.enricher.normalize`` runs ``normalize_message`` over
 ``--messages`` benchmark records (the records of ``query.py``) and prints CPU µs per message
 (medians of ``--repeat`` runs): the whole step, the same normalizer called bare, and what the
 budget (``budget.py``: the CPU timer armed and disarmed, the size checks) adds to each call.
@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from headwater.enricher.bench.query import telemetry_record
+from headwater_dev.bench.enricher.query import telemetry_record
 
 
 def normalize_figures(messages: int, repeat: int) -> dict[str, float]:
@@ -71,7 +71,7 @@ def normalize_figures(messages: int, repeat: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     """Print CPU µs per message of the normalize step, bare and with its budget."""
     parser = argparse.ArgumentParser(
-        prog="python -m headwater.enricher.bench.normalize",
+        prog="python -m headwater_dev.bench.enricher.normalize",
         description=__doc__.split("\n")[0],
     )
     parser.add_argument("--messages", type=int, default=15_000)

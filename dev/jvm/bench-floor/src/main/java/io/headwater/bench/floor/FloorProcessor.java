@@ -1,4 +1,4 @@
-package io.headwater.enricher.state;
+package io.headwater.bench.floor;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
@@ -16,8 +16,8 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * The benchmark's JVM floor (services/enricher/bench/query.py): the same keyed operator with none
- * of the enricher's work. One value read and written per device and batch (a count), one
+ * The benchmark's JVM floor (dev/headwater_dev/bench/enricher/query.py): the enricher's keyed
+ * operator with none of the enricher's work. One value read and written per device and batch (a count), one
  * completion-shaped record per ingest row with its headers, so the benchmark's watch sees it.
  * Reads the raw keyed rows (decode.key_columns), no Python hop in front.
  */

@@ -21,6 +21,7 @@ from typing import Any
 # At module level: PySpark reads the Arrow UDF's kind from its type hints, resolved in this
 # module's globals.
 import pyarrow as pa
+from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -30,8 +31,10 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.executor.arrow_hop import HOP, inputs
 from headwater.enricher.executor.decode import key_columns
 from headwater.enricher.executor.schema import OUTPUT
+from headwater.runtime import jvm
 
 
 class FloorProcessor(StatefulProcessor):
@@ -98,17 +101,43 @@ def floor_stream(raw: DataFrame, settings: EnricherSettings, buckets: int = 0) -
     )
 
 
+#: The folder of ``headwater.runtime.jvm.jvm_dir()`` that holds the JVM floor's jar
+#: (dev/jvm/bench-floor, built by ``make install``).
+BENCH_FLOOR = "bench-floor"
+#: The JVM floor's entry point (dev/jvm/bench-floor): the enricher's keyed operator, no work.
+ENTRY = "io.headwater.bench.floor.Floor"
+
+
+def jars() -> list[str]:
+    """Return the JVM floor's jar, for ``spark.jars``; raise ``JvmSetupError`` if not built."""
+    return [str(p) for p in jvm.jars(BENCH_FLOOR)]
+
+
+def _jvm_floor(keyed: DataFrame, completions: str, master_topic: str) -> DataFrame:
+    """Return the JVM floor's records of keyed rows (``decode.key_columns``, hop or not)."""
+    spark = keyed.sparkSession
+    gateway = spark.sparkContext._jvm
+    assert gateway is not None
+    entry = gateway
+    for part in ENTRY.split("."):
+        entry = getattr(entry, part)
+    if not isinstance(entry, JavaClass):
+        raise jvm.JvmSetupError(
+            f"{ENTRY} is not on Spark's classpath: run `make install` (it builds "
+            f"dev/jvm/bench-floor into {jvm.jvm_dir() / BENCH_FLOOR}) and start Spark with "
+            "floor.jars() on spark.jars"
+        )
+    return DataFrame(entry.apply(keyed._jdf, completions, master_topic), spark)
+
+
 def jvm_floor_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     """Return the JVM floor's records: the JVM keyed operator with no work, no Python hop."""
-    from headwater.enricher.driver import jvm_state
-
     keyed = key_columns(raw, settings.topics.master)
-    return jvm_state.floor(keyed, settings.topics.completions, settings.topics.master)
+    return _jvm_floor(keyed, settings.topics.completions, settings.topics.master)
 
 
-def _empty_hop(master_topic: str, schema: Any) -> Any:
+def _empty_hop(schema: Any) -> Any:
     """Return a hop function (``arrow_hop.decoder``'s shape) that decodes nothing."""
-    del master_topic  # the real hop's signature; nothing here reads it
     hop = pa.struct(list(schema))
 
     def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
@@ -116,6 +145,22 @@ def _empty_hop(master_topic: str, schema: Any) -> Any:
             yield pa.nulls(len(columns[0]), hop)
 
     return run
+
+
+def _empty_decode(keyed: DataFrame) -> DataFrame:
+    """Return ``keyed`` with the hop's columns as ``jvm_state.decode`` adds them, all null.
+
+    The same Arrow UDF over the same arguments (``arrow_hop.inputs``), so the rows make the
+    same trip to a Python worker and back; only the decoding is missing.
+    """
+    from pyspark.sql.functions import arrow_udf
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    hop = StructType.fromDDL(HOP)
+    assert isinstance(hop, StructType)
+    run = arrow_udf(_empty_hop(to_arrow_schema(hop)), hop)  # type: ignore[call-overload]
+    return keyed.select("*", run(*inputs()).alias("hop")).select(*keyed.columns, "hop.*")
 
 
 def jvm_hop_floor_stream(
@@ -126,16 +171,14 @@ def jvm_hop_floor_stream(
     The JVM floor's operator reads every column, so Spark cannot prune the hop. Without
     ``decoding`` the hop does no work: its arguments go to a Python worker over Arrow and a
     null ``HOP`` struct per row comes back, what the design's hop costs before any decoding
-    of ours. With it, the hop is the enricher's own (``arrow_hop.decoder``): the enricher
+    of ours. With it, the hop is the enricher's own (``jvm_state.decode``): the enricher
     less its operator's work and its events.
     """
     from headwater.enricher.driver import jvm_state
-    from headwater.enricher.executor.arrow_hop import decoder
 
     keyed = key_columns(raw, settings.topics.master)
-    make_hop = decoder if decoding else _empty_hop
-    hopped = jvm_state.decode(keyed, settings.topics.master, make_hop=make_hop)
-    return jvm_state.floor(hopped, settings.topics.completions, settings.topics.master)
+    hopped = jvm_state.decode(keyed, settings.topics.master) if decoding else _empty_decode(keyed)
+    return _jvm_floor(hopped, settings.topics.completions, settings.topics.master)
 
 
 def _stateless(completions: str, master_topic: str, schema: Any) -> Any:
