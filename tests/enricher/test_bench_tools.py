@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from headwater.enricher.executor.schema import OUTPUT, field_names
+from headwater.enricher.hop.schema import OUTPUT, field_names
 from headwater_dev.bench.enricher import normalize as bench_normalize
 from headwater_dev.bench.enricher.floor import FloorProcessor
 from tests.support.launch import launch

@@ -19,11 +19,11 @@ from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from headwater.enricher.driver import jvm_state
 from headwater.enricher.driver.errors import StartingOffsetsRequiredError
-from headwater.enricher.driver.kafka_sink import KafkaSinkDataSource
-from headwater.enricher.driver.policy import Policy
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.sink.kafka_sink import KafkaSinkDataSource
+from headwater.enricher.state import jvm_state
+from headwater.enricher.state.policy import Policy
 from headwater.runtime import jvm
 
 log = logging.getLogger(__name__)

@@ -81,7 +81,7 @@ def run_enricher(
 
 def log_normalizers() -> None:
     """Log every format the normalizer registry holds, built-in and from entry points."""
-    from headwater.enricher.executor.formats.registry import loaded
+    from headwater.enricher.hop.formats.registry import loaded
 
     formats = loaded()
     log.info(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import headwater.topics as t
-from headwater.enricher.executor.budget import Budget
+from headwater.enricher.hop.budget import Budget
 from headwater.kafka.settings import KafkaSettings
 from headwater.runtime.env import SettingError, env_int, env_str
 

@@ -31,9 +31,9 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from headwater.enricher.driver.settings import EnricherSettings
-from headwater.enricher.executor.arrow_hop import HOP, inputs
-from headwater.enricher.executor.decode import key_columns
-from headwater.enricher.executor.schema import OUTPUT
+from headwater.enricher.hop.arrow_hop import HOP, inputs
+from headwater.enricher.hop.schema import OUTPUT
+from headwater.enricher.source.keys import key_columns
 from headwater.runtime import jvm
 
 
@@ -114,7 +114,7 @@ def jars() -> list[str]:
 
 
 def _jvm_floor(keyed: DataFrame, completions: str, master_topic: str) -> DataFrame:
-    """Return the JVM floor's records of keyed rows (``decode.key_columns``, hop or not)."""
+    """Return the JVM floor's records of keyed rows (``keys.key_columns``, hop or not)."""
     spark = keyed.sparkSession
     gateway = spark.sparkContext._jvm
     assert gateway is not None
@@ -174,7 +174,7 @@ def jvm_hop_floor_stream(
     of ours. With it, the hop is the enricher's own (``jvm_state.decode``): the enricher
     less its operator's work and its events.
     """
-    from headwater.enricher.driver import jvm_state
+    from headwater.enricher.state import jvm_state
 
     keyed = key_columns(raw, settings.topics.master)
     hopped = jvm_state.decode(keyed, settings.topics.master) if decoding else _empty_decode(keyed)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from headwater.enricher.executor.arrow_hop import HEADERS, HOP, decoder
+from headwater.enricher.hop.arrow_hop import HEADERS, HOP, decoder
 from headwater_dev.bench.enricher.query import telemetry_record
 
 

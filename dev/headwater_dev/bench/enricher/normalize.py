@@ -25,10 +25,10 @@ def normalize_figures(messages: int, repeat: int) -> dict[str, float]:
     and ``timer`` the cost of ``budget.call`` around a call that does nothing: the CPU
     budget's own share.
     """
-    from headwater.enricher.executor import budget as budgets
-    from headwater.enricher.executor import media_type
-    from headwater.enricher.executor.formats.registry import lookup
-    from headwater.enricher.executor.normalize import columns, normalize_message
+    from headwater.enricher.hop import budget as budgets
+    from headwater.enricher.hop import media_type
+    from headwater.enricher.hop.formats.registry import lookup
+    from headwater.enricher.hop.normalize import columns, normalize_message
     from headwater.proto.device.v1 import device_message_pb2
 
     msgs = []

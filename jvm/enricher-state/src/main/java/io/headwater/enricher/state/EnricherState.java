@@ -8,7 +8,7 @@ import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The entry point PySpark calls through py4j (services/enricher/driver/jvm_state.py): the decoded,
+ * The entry point PySpark calls through py4j (services/enricher/state/jvm_state.py): the decoded,
  * normalized rows of the Python hop in, the output records (schema.py's OUTPUT) out.
  */
 public final class EnricherState {

@@ -18,7 +18,7 @@ public final class Floor {
   private Floor() {}
 
   /**
-   * Returns the JVM floor over raw keyed rows (decode.key_columns, with or without the hop's
+   * Returns the JVM floor over raw keyed rows (keys.key_columns, with or without the hop's
    * columns): one {@link FloorProcessor} per (tenant, device).
    */
   public static Dataset<Row> apply(Dataset<Row> keyed, String completions, String masterTopic) {

@@ -19,7 +19,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * The benchmark's JVM floor (dev/headwater_dev/bench/enricher/query.py): the enricher's keyed
  * operator with none of the enricher's work. One value read and written per device and batch (a count), one
  * completion-shaped record per ingest row with its headers, so the benchmark's watch sees it.
- * Reads the raw keyed rows (decode.key_columns), no Python hop in front.
+ * Reads the raw keyed rows (keys.key_columns), no Python hop in front.
  */
 public final class FloorProcessor extends StatefulProcessor<Row, Row, Row> {
   private static final long serialVersionUID = 1L;

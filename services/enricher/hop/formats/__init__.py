@@ -4,8 +4,8 @@ Importing this package registers the built-in formats; :mod:`.registry` also loa
 normalizers that installed packages declare (entry-point group ``headwater.normalizers``).
 """
 
-from headwater.enricher.executor.formats import acme, globex, initech, opcua, sparkplug
-from headwater.enricher.executor.formats.base import (
+from headwater.enricher.hop.formats import acme, globex, initech, opcua, sparkplug
+from headwater.enricher.hop.formats.base import (
     BatchNormalizer,
     Measurement,
     MetricDef,
@@ -20,7 +20,7 @@ from headwater.enricher.executor.formats.base import (
     measure,
     measurer,
 )
-from headwater.enricher.executor.formats.registry import REGISTRY, register
+from headwater.enricher.hop.formats.registry import REGISTRY, register
 
 __all__ = [
     "REGISTRY",

@@ -32,7 +32,7 @@ SOURCE_FIELDS = (
     f"src_topic string, src_partition int, src_offset long, value binary, headers {HEADERS}"
 )
 
-#: The rows the keyed state receives (``decode.key_columns``): the key, then the source
+#: The rows the keyed state receives (``keys.key_columns``): the key, then the source
 #: fields (the JVM operator reads them by name).
 KEYED = f"tenant string, device_key string, {SOURCE_FIELDS}"
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from headwater.enricher.driver.policy import Policy
-from headwater.enricher.executor.arrow_hop import HOP, decoder, inputs
-from headwater.enricher.executor.decode import key_columns
-from headwater.enricher.executor.schema import OUTPUT, field_names
+from headwater.enricher.hop.arrow_hop import HOP, decoder, inputs
+from headwater.enricher.hop.schema import OUTPUT, field_names
+from headwater.enricher.source.keys import key_columns
+from headwater.enricher.state.policy import Policy
 from headwater.runtime import jvm
 
 ENTRY = "io.headwater.enricher.state.EnricherState"
@@ -45,7 +45,7 @@ def policy_lines(policy: Policy) -> str:
 
 
 def decode(keyed: DataFrame, master_topic: str) -> DataFrame:
-    """Return keyed raw rows (``decode.key_columns``) with the hop's columns (``arrow_hop.HOP``).
+    """Return keyed raw rows (``keys.key_columns``) with the hop's columns (``arrow_hop.HOP``).
 
     The keyed columns stay in the JVM; the hop's struct is spread into top-level columns
     beside them, where the JVM operator finds them by name.

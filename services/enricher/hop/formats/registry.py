@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from headwater.enricher.executor import media_type
-from headwater.enricher.executor.formats.base import Normalizer
+from headwater.enricher.hop import media_type
+from headwater.enricher.hop.formats.base import Normalizer
 
 log = logging.getLogger(__name__)
 

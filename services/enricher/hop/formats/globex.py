@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from headwater.enricher.executor.formats.base import Normalized, NormalizeError, load_json, measure
-from headwater.enricher.executor.formats.registry import register
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop.formats.base import Normalized, NormalizeError, load_json, measure
+from headwater.enricher.hop.formats.registry import register
+from headwater.enricher.hop.media_type import MediaType
 
 
 @register("application/vnd.globex.telemetry.v2+json")

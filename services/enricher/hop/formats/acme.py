@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from headwater.enricher.executor.formats.base import (
+from headwater.enricher.hop.formats.base import (
     Normalized,
     NormalizeError,
     batch_normalizer,
     load_json,
     measurer,
 )
-from headwater.enricher.executor.formats.registry import register
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop.formats.registry import register
+from headwater.enricher.hop.media_type import MediaType
 
 #: Payload field -> (measurement name, unit the field is in).
 _FIELDS = (("temp_c", "temperature", "degC"), ("hum_pct", "humidity", "percent"))

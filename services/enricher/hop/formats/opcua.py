@@ -19,14 +19,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from headwater.enricher.executor.formats.base import (
+from headwater.enricher.hop.formats.base import (
     Measurement,
     Normalized,
     NormalizeError,
     load_json,
 )
-from headwater.enricher.executor.formats.registry import register
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop.formats.registry import register
+from headwater.enricher.hop.media_type import MediaType
 
 CONTENT_TYPE = "application/vnd.opcfoundation.uapubsub+json"
 SOURCE_FORMAT = "opcua.pubsub+json"

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from headwater.enricher.executor import units
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop import units
+from headwater.enricher.hop.media_type import MediaType
 
 
 class NormalizeError(ValueError):

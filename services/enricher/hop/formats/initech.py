@@ -6,15 +6,15 @@ import csv
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from headwater.enricher.executor.formats.base import (
+from headwater.enricher.hop.formats.base import (
     Normalized,
     NormalizeError,
     batch_normalizer,
     decode_text,
     measurer,
 )
-from headwater.enricher.executor.formats.registry import register
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop.formats.registry import register
+from headwater.enricher.hop.media_type import MediaType
 
 #: The columns in order: (measurement name, unit).
 _COLUMNS = (("temperature", "K"), ("humidity", "ratio"), ("voltage", "mV"))

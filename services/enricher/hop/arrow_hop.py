@@ -27,10 +27,11 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
-from headwater.enricher.executor import units, worker_gc
-from headwater.enricher.executor.decode import decode_for_key, last_header, normalizable
-from headwater.enricher.executor.normalize import normalize_batch
-from headwater.enricher.executor.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
+from headwater.enricher.hop import units, worker_gc
+from headwater.enricher.hop.decode import decode_for_key, normalizable
+from headwater.enricher.hop.normalize import normalize_batch
+from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
+from headwater.enricher.source.keys import last_header
 
 #: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
 UNITS = (
@@ -49,10 +50,10 @@ HEADERS = (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)
 
 
 def inputs() -> list[Column]:
-    """Return the hop's arguments over keyed rows (``decode.key_columns``), in Spark SQL.
+    """Return the hop's arguments over keyed rows (``keys.key_columns``), in Spark SQL.
 
     Each header is the value of the last one of its name, as ``decode.header_map`` reads
-    them (null when absent; ``decode.last_header``).
+    them (null when absent; ``keys.last_header``).
     """
     headers = [last_header(name) for name in HEADERS]
     return [F.col("src_topic"), F.col("device_key"), F.col("value"), *headers]

@@ -1,6 +1,6 @@
 """Normalize step: vendor payloads -> common-format content, through a registry of normalizers.
 
-Each normalizer (``headwater.enricher.executor.formats``, one module per format, plus those
+Each normalizer (``headwater.enricher.hop.formats``, one module per format, plus those
 installed packages add) turns one vendor format, named by the message's media type, into
 measurements in canonical units (``units.py``) or an alarm. The media type is matched as RFC
 9110 says (``media_type.py``). Whatever a normalizer returns passes one check here: names
@@ -14,20 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwater.enricher.executor import budget as budgets
-from headwater.enricher.executor import media_type, units
-from headwater.enricher.executor.arrowsafe import REASON as ENCODE_REASON
-from headwater.enricher.executor.arrowsafe import STAGE as ENCODE_STAGE
-from headwater.enricher.executor.arrowsafe import encodable, sanitize
-from headwater.enricher.executor.formats import (
+from headwater.enricher.hop import budget as budgets
+from headwater.enricher.hop import media_type, units
+from headwater.enricher.hop.arrowsafe import REASON as ENCODE_REASON
+from headwater.enricher.hop.arrowsafe import STAGE as ENCODE_STAGE
+from headwater.enricher.hop.arrowsafe import encodable, sanitize
+from headwater.enricher.hop.formats import (
     REGISTRY,
     Normalized,
     NormalizeError,
     batch_of,
     register,
 )
-from headwater.enricher.executor.formats.base import check_time, check_value
-from headwater.enricher.executor.formats.registry import lookup
+from headwater.enricher.hop.formats.base import check_time, check_value
+from headwater.enricher.hop.formats.registry import lookup
 
 __all__ = [
     "REGISTRY",
@@ -40,7 +40,7 @@ __all__ = [
 
 
 #: The package of the built-in normalizers (formats/): their strings are checked cheaply.
-_BUILT_IN = "headwater.enricher.executor.formats."
+_BUILT_IN = "headwater.enricher.hop.formats."
 
 
 def normalize_message(content_type: str | None, payload: bytes | None) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.enricher.driver import unproducible
 from headwater.enricher.driver.errors import KafkaDeliveryError
-from headwater.enricher.executor import worker_gc
+from headwater.enricher.hop import worker_gc
+from headwater.enricher.sink import unproducible
 from headwater.proto.events.v1 import completion_pb2
 
 #: Not "kafka": Spark's built-in Kafka sink would win over a Python one of the same name.

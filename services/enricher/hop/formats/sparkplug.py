@@ -20,10 +20,10 @@ import struct
 
 from google.protobuf.message import DecodeError
 
-from headwater.enricher.executor import budget as budgets
-from headwater.enricher.executor.formats.base import MetricDef, Normalized, NormalizeError, Pending
-from headwater.enricher.executor.formats.registry import register
-from headwater.enricher.executor.media_type import MediaType
+from headwater.enricher.hop import budget as budgets
+from headwater.enricher.hop.formats.base import MetricDef, Normalized, NormalizeError, Pending
+from headwater.enricher.hop.formats.registry import register
+from headwater.enricher.hop.media_type import MediaType
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 
 CONTENT_TYPE = "application/vnd.eclipse.sparkplug.b+protobuf"
