@@ -15,7 +15,10 @@ Laid out along the path a record takes:
 - :mod:`headwater.enricher.driver`: the Spark driver: the command line
   (``headwater enricher run``, :mod:`~headwater.enricher.driver.cli`), settings, the job
   (:mod:`~headwater.enricher.driver.job`, which opens the Kafka source and the sink) and its
-  runner, the listeners (metrics, progress offsets), errors.
+  runner, the listeners (metrics, progress offsets).
+- Beside the rooms, what they share: :mod:`headwater.enricher.errors` (one root, raised in
+  every room) and :mod:`headwater.enricher.topics` (the topic set the settings name and the
+  state's policy carries).
 - :mod:`headwater.enricher.plugins`: the public API of vendor-format plugins.
 
 Nothing is imported here so that ``headwater --help`` does not load Spark.

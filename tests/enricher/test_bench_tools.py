@@ -133,7 +133,8 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(
     spark, floor: str, kw: dict[str, Any]
 ) -> None:
     """Each floor runs on real local Spark (its Python part on workers, without a session)."""
-    from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+    from headwater.enricher.driver.settings import EnricherSettings
+    from headwater.enricher.topics import EnricherTopics
     from headwater_dev.bench.enricher import floor as bench_floor
     from tests.enricher.corpus import RAW, corpus
 

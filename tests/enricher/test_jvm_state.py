@@ -22,12 +22,14 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from headwater.enricher.driver import job, jvm_state
-from headwater.enricher.driver.errors import STATE_REFUSALS, explain_failure
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver import job
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import STATE_REFUSALS, explain_failure
 from headwater.enricher.hop.schema import OUTPUT
 from headwater.enricher.source.keys import key_columns
+from headwater.enricher.state import jvm_state
 from headwater.enricher.state.policy import Policy
+from headwater.enricher.topics import EnricherTopics
 from tests.enricher.corpus import RAW, corpus
 from tests.support.enricher import settings_for
 from tests.support.kafkatools import (

@@ -19,8 +19,8 @@ from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from headwater.enricher.driver.errors import StartingOffsetsRequiredError
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import StartingOffsetsRequiredError
 from headwater.enricher.sink.kafka_sink import KafkaSinkDataSource
 from headwater.enricher.state import jvm_state
 from headwater.enricher.state.policy import Policy
@@ -157,9 +157,22 @@ def kafka_stream(
     return spark.readStream.format("kafka").options(**options).load()
 
 
+def policy_of(settings: EnricherSettings) -> Policy:
+    """Return the keyed state's policy that ``settings`` describe (durations in milliseconds)."""
+    return Policy(
+        topics=settings.topics,
+        max_attempts=settings.max_attempts,
+        backoff_ms=int(settings.retry_backoff_seconds * 1000),
+        backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
+        dedup_window_ms=int(settings.dedup_window_seconds * 1000),
+        max_latest_values=settings.max_latest_values,
+        dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
+    )
+
+
 def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     """Return the output records (``schema.OUTPUT``) of raw Kafka rows."""
-    return jvm_state.process_devices(raw, Policy.of(settings))
+    return jvm_state.process_devices(raw, policy_of(settings))
 
 
 def start(

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from headwater.enricher.driver.errors import EnricherError, explain_failure
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import EnricherError, explain_failure
 from headwater.runtime.signals import sigint_kept
 
 log = logging.getLogger(__name__)

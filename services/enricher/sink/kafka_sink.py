@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.enricher.driver.errors import KafkaDeliveryError
+from headwater.enricher.errors import KafkaDeliveryError
 from headwater.enricher.hop import worker_gc
 from headwater.enricher.sink import unproducible
 from headwater.proto.events.v1 import completion_pb2

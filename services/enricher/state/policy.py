@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.topics import EnricherTopics
 
 HOUR_MS = 3_600_000
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Topics, retries, dedup and snapshot bounds of the keyed state (from EnricherSettings)."""
+    """Topics, retries, dedup and snapshot bounds of the keyed state (``job.policy_of``)."""
 
     topics: EnricherTopics
     max_attempts: int
@@ -26,16 +26,3 @@ class Policy:
     max_latest_values: int = 100
     #: How long message ids are remembered at all (older ids by device-time hour).
     dedup_horizon_ms: int = 7 * 24 * HOUR_MS + HOUR_MS
-
-    @classmethod
-    def of(cls, settings: EnricherSettings) -> Policy:
-        """Return the policy ``settings`` describe (durations in milliseconds)."""
-        return cls(
-            topics=settings.topics,
-            max_attempts=settings.max_attempts,
-            backoff_ms=int(settings.retry_backoff_seconds * 1000),
-            backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
-            dedup_window_ms=int(settings.dedup_window_seconds * 1000),
-            max_latest_values=settings.max_latest_values,
-            dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
-        )

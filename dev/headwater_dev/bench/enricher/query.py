@@ -54,7 +54,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.enricher.driver.metrics import percentile
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.device.v1 import device_message_pb2
