@@ -37,15 +37,25 @@ $(JVM_STAMP): jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/enricher-stat
 	$(MVN) -q -B -ntp -f jvm/enricher-state/pom.xml package -Djars.dir=$(abspath $(JARS))/enricher-state
 	touch $(JVM_STAMP)
 
-install: $(STAMP) $(JVM_STAMP) ## create .venv, install Headwater, its dev tooling (dev/) and the jars
+# The enricher benchmark's JVM floor (dev/jvm/bench-floor, dev tooling: never in the enricher's
+# jar or image), compiled against the operator's jar above into $(JARS)/bench-floor/.
+BENCH_FLOOR_STAMP := $(JARS)/bench-floor/.installed-stamp
+BENCH_FLOOR_SOURCES := $(shell find dev/jvm/bench-floor/src -name '*.java' 2>/dev/null)
+
+$(BENCH_FLOOR_STAMP): dev/jvm/bench-floor/pom.xml $(BENCH_FLOOR_SOURCES) $(JVM_STAMP)
+	$(MVN) -q -B -ntp -f dev/jvm/bench-floor/pom.xml package -Djars.dir=$(abspath $(JARS))/bench-floor \
+	  -Denricher.state.jar=$(abspath $(JARS))/enricher-state/headwater-enricher-state.jar
+	touch $(BENCH_FLOOR_STAMP)
+
+install: $(STAMP) $(JVM_STAMP) $(BENCH_FLOOR_STAMP) ## create .venv, install Headwater, its dev tooling (dev/) and the jars
 
 run: $(STAMP) $(JVM_STAMP) ## the whole pipeline on the embedded broker with a simulated fleet
 	$(BIN)/headwater devstack run $(ARGS)
 
-test: $(STAMP) $(JVM_STAMP) ## the whole test suite against a real broker and a local Spark
+test: $(STAMP) $(JVM_STAMP) $(BENCH_FLOOR_STAMP) ## the whole test suite against a real broker and a local Spark
 	$(BIN)/pytest $(ARGS)
 
-test-slow: $(STAMP) $(JVM_STAMP) ## the suite on a machine made ~2x slower, launched with SIGINT/SIGHUP ignored and no terminal
+test-slow: $(STAMP) $(JVM_STAMP) $(BENCH_FLOOR_STAMP) ## the suite on a machine made ~2x slower, launched with SIGINT/SIGHUP ignored and no terminal
 	scripts/test_slow.sh
 
 images: $(STAMP) ## build both images with podman (bases made with mmdebstrap without a registry)

@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.normalize import normalize_message
 from headwater_dev.devstack import vendors
 
 

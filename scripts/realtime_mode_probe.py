@@ -14,7 +14,8 @@ import tempfile
 import time
 
 from headwater.enricher.driver import job
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec

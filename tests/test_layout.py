@@ -58,16 +58,6 @@ WHEEL_DEV_PATHS = (
     "headwater/enricher/bench/",
     "headwater/enricher/python_operator/",
 )
-#: Dev tooling still in the wheel until its own step of issue 34 moves it; strict, so the
-#: case fails (and this entry must go) as soon as the move lands.
-NOT_MOVED_YET = {
-    "headwater/enricher/bench/": "moves to headwater_dev.bench.enricher (issue 34, step 2)",
-}
-
-
-def _is_bench(module: str) -> bool:
-    """The enricher's own benchmarks (headwater.enricher.bench.*) are dev tooling too."""
-    return module.startswith("headwater.enricher.bench")
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
@@ -112,10 +102,10 @@ def _imports_of(module: str, path: Path, text: str) -> Iterator[tuple[int, str]]
 def production_imports_of_dev_tooling() -> list[str]:
     found = []
     for module, path in _modules():
-        if not _in(module, PRODUCTION) or _is_bench(module):
+        if not _in(module, PRODUCTION):
             continue
         for line, imported in _imports(module, path):
-            if _in(imported, DEV_TOOLING) or _is_bench(imported):
+            if _in(imported, DEV_TOOLING):
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     return found
 
@@ -169,15 +159,13 @@ def wheel_python(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         }
 
 
-def dev_tooling_lines(python: Mapping[str, str], skip: tuple[str, ...] = ()) -> dict[str, int]:
-    """Lines per file of dev tooling among ``python`` (wheel name -> text), ``skip`` aside.
+def dev_tooling_lines(python: Mapping[str, str]) -> dict[str, int]:
+    """Lines per file of dev tooling among ``python`` (wheel name -> text).
 
     Dev tooling is a file in a dev room or one that imports dev tooling.
     """
     found = {}
     for name, text in python.items():
-        if name.startswith(skip):
-            continue
         module = name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         path = Path(name)
         in_dev_room = name.startswith(WHEEL_DEV_PATHS)
@@ -189,22 +177,13 @@ def dev_tooling_lines(python: Mapping[str, str], skip: tuple[str, ...] = ()) -> 
     return found
 
 
-@pytest.mark.parametrize(
-    "room",
-    [
-        pytest.param(room, marks=pytest.mark.xfail(reason=NOT_MOVED_YET[room], strict=True))
-        if room in NOT_MOVED_YET
-        else room
-        for room in WHEEL_DEV_PATHS
-    ],
-)
+@pytest.mark.parametrize("room", WHEEL_DEV_PATHS)
 def test_the_production_wheel_lists_no_dev_module(wheel_python, room):
     assert [name for name in wheel_python if name.startswith(room)] == []
 
 
 def test_the_production_wheels_python_has_no_line_of_dev_tooling(wheel_python):
-    # The rooms not moved yet have their own strict cases above.
-    assert dev_tooling_lines(wheel_python, skip=tuple(NOT_MOVED_YET)) == {}
+    assert dev_tooling_lines(wheel_python) == {}
     # ... and it is production code: the services, the libraries, the command.
     assert {
         "headwater/cli.py",
@@ -220,7 +199,8 @@ def test_dev_tooling_lines_finds_dev_rooms_and_importers_of_dev_tooling():
         "headwater/ops/relative.py": "from .. import topics\n",
         "headwater/enricher/bench/query.py": "import headwater_dev\n",
     }
-    assert dev_tooling_lines(python, skip=("headwater/enricher/bench/",)) == {
+    assert dev_tooling_lines(python) == {
         "headwater/devstack/broker.py": 2,
         "headwater/ops/sneaky.py": 2,
+        "headwater/enricher/bench/query.py": 1,
     }

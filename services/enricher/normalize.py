@@ -1,10 +1,13 @@
-"""Kept for plugin imports: the normalize step is :mod:`headwater.enricher.executor.normalize`.
+"""Deprecated: import from :mod:`headwater.enricher.plugins` (this path goes in the next release).
 
-docs/enricher.md tells plugin authors to test a normalizer with
-``headwater.enricher.normalize.normalize_message``; it keeps working, with the same objects.
+docs/enricher.md told plugin authors to test a normalizer with
+``headwater.enricher.normalize.normalize_message``; it keeps working for one release, with the
+same objects, and warns.
 """
 
-from headwater.enricher.executor.normalize import (
+import warnings
+
+from headwater.enricher.plugins import (
     REGISTRY,
     Normalized,
     NormalizeError,
@@ -23,3 +26,9 @@ __all__ = [
     "normalize_message",
     "register",
 ]
+
+warnings.warn(
+    "headwater.enricher.normalize is deprecated: import from headwater.enricher.plugins",
+    DeprecationWarning,
+    stacklevel=2,
+)

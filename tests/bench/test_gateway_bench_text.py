@@ -42,7 +42,7 @@ def test_gateway_bench_prints_figures_and_the_ratio(kafka_bootstrap: str) -> Non
 
 
 def test_bench_enricher_runs_the_enricher_benchmark_with_its_own_arguments(monkeypatch) -> None:
-    from headwater.enricher.bench import query as bench
+    from headwater_dev.bench.enricher import query as bench
 
     seen: list[list[str]] = []
     monkeypatch.setattr(bench, "main", lambda argv: seen.append(argv) or 0)

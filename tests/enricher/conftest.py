@@ -15,7 +15,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 @pytest.fixture(scope="session")
 def spark(kafka_bootstrap: str) -> Iterator[object]:
-    """A local[2] Spark session: RocksDB state store, Spark's Kafka connector and ours.
+    """A local[2] Spark session: RocksDB state store, Spark's Kafka connector, ours, the floor's.
 
     It asks for the broker so that the broker outlives it: the sink's producers in the
     Python workers would otherwise log connection failures until Spark stops.
@@ -24,6 +24,7 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     from headwater.enricher.driver.job import connector_jars, register_sources
+    from headwater_dev.bench.enricher import floor as bench_floor
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -34,7 +35,8 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.jars", connector_jars())
+        # The benchmark's JVM floor too (tests/enricher/test_bench_tools.py runs it).
+        .config("spark.jars", ",".join([connector_jars(), *bench_floor.jars()]))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

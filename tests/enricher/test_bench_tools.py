@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from headwater.enricher.bench import normalize as bench_normalize
-from headwater.enricher.bench.floor import FloorProcessor
-from headwater.enricher.executor.schema import OUTPUT, field_names
+from headwater.enricher.hop.schema import OUTPUT, field_names
+from headwater_dev.bench.enricher import normalize as bench_normalize
+from headwater_dev.bench.enricher.floor import FloorProcessor
 from tests.support.launch import launch
 
 
@@ -84,7 +84,7 @@ def test_bench_normalize_reports_the_step_and_its_budget(
 
 
 def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> None:
-    from headwater.enricher.bench.query import check_targets
+    from headwater_dev.bench.enricher.query import check_targets
 
     def result(query: str, devices: int, rate: int, p50: int, p99: int) -> dict[str, Any]:
         return {
@@ -133,8 +133,9 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(
     spark, floor: str, kw: dict[str, Any]
 ) -> None:
     """Each floor runs on real local Spark (its Python part on workers, without a session)."""
-    from headwater.enricher.bench import floor as bench_floor
-    from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+    from headwater.enricher.driver.settings import EnricherSettings
+    from headwater.enricher.topics import EnricherTopics
+    from headwater_dev.bench.enricher import floor as bench_floor
     from tests.enricher.corpus import RAW, corpus
 
     topics = EnricherTopics.with_prefix("f.")
@@ -150,7 +151,7 @@ def test_the_jvm_and_stateless_floors_complete_each_ingest_record_once(
 
 @pytest.mark.spark
 def test_bench_hop_reports_the_hops_cost_per_message(spark, capsys) -> None:
-    from headwater.enricher.bench import hop as bench_hop
+    from headwater_dev.bench.enricher import hop as bench_hop
 
     assert bench_hop.main(["--messages", "50", "--batch", "20"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -164,7 +165,7 @@ def test_cpu_per_message_counts_this_process_and_its_children() -> None:
     import sys
     import time
 
-    from headwater.enricher.bench import cpu as bench_cpu
+    from headwater_dev.bench.enricher import cpu as bench_cpu
 
     before = bench_cpu.snapshot()
     assert before, "no /proc: this suite runs on Linux"
@@ -193,14 +194,14 @@ def test_cpu_per_message_counts_this_process_and_its_children() -> None:
 
 def test_cpu_parts_are_named_by_command_line() -> None:
     """The broker, Spark's Python workers and the Spark JVM are told apart by command line."""
-    from headwater.enricher.bench.cpu import _part
+    from headwater_dev.bench.enricher.cpu import _part
 
     assert _part("/usr/bin/java -Xmx1g kafka.Kafka /tmp/server.properties") == "broker"
     assert _part("/venv/bin/python -m pyspark.daemon pyspark.worker") == "python_workers"
     assert (
         _part("/usr/bin/java -cp spark/jars/* org.apache.spark.deploy.SparkSubmit") == "spark_jvm"
     )
-    assert _part("/venv/bin/python -m headwater.enricher.bench") == "bench"
+    assert _part("/venv/bin/python -m headwater_dev.bench.enricher") == "bench"
 
 
 def _progress(batch_id: int, rows: int, trigger_ms: int) -> str:
@@ -211,7 +212,7 @@ def _progress(batch_id: int, rows: int, trigger_ms: int) -> str:
 
 def test_the_sustained_rate_is_the_median_of_the_full_batches_after_the_first_ones() -> None:
     """steady_rate: full batches only, the restarted query's first two left out, the median."""
-    from headwater.enricher.bench.query import steady_rate
+    from headwater_dev.bench.enricher.query import steady_rate
 
     progress = [
         _progress(7, 0, 5),  # an empty batch (timers only)
@@ -233,7 +234,7 @@ def test_the_sustained_rate_is_the_median_of_the_full_batches_after_the_first_on
 
 
 def test_the_sustained_rate_is_zero_without_a_steady_batch() -> None:
-    from headwater.enricher.bench.query import steady_rate
+    from headwater_dev.bench.enricher.query import steady_rate
 
     got = steady_rate([_progress(0, 10_000, 1_000), _progress(1, 10_000, 1_000)], 10_000)
     assert got["msgs_per_s"] == 0
@@ -242,7 +243,7 @@ def test_the_sustained_rate_is_zero_without_a_steady_batch() -> None:
 
 
 def test_the_benchmark_wants_at_least_ten_drain_batches() -> None:
-    from headwater.enricher.bench.query import main
+    from headwater_dev.bench.enricher.query import main
 
     with pytest.raises(SystemExit):
         main(["--messages", "30000", "--batch-records", "10000"])

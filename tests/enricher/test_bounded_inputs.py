@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.executor import media_type, units
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop import media_type, units
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.kafkatools import GLOBEX
 
 INITECH = "text/vnd.initech.telemetry.v1+csv"
@@ -95,7 +95,7 @@ def test_any_spelling_converts_or_is_a_unit_error(unit: str) -> None:
 
 
 def test_engunit_of_sparkplug_takes_the_same_unit_path() -> None:
-    from headwater.enricher.executor.arrow_hop import with_units
+    from headwater.enricher.hop.arrow_hop import with_units
 
     out = normalize_message(
         "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DBIRTH", _spb("m**9**9**9")

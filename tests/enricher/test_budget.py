@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from headwater.enricher.driver.settings import EnricherSettings
-from headwater.enricher.executor import budget as budgets
-from headwater.enricher.executor.formats import registry
-from headwater.enricher.executor.normalize import normalize_batch, normalize_message
+from headwater.enricher.hop import budget as budgets
+from headwater.enricher.hop.formats import registry
+from headwater.enricher.hop.normalize import normalize_batch, normalize_message
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 from headwater.runtime.env import SettingError
 from tests.support.kafkatools import GLOBEX
@@ -28,7 +28,7 @@ from tests.support.kafkatools import GLOBEX
 SPARKPLUG = "application/vnd.eclipse.sparkplug.b+protobuf"
 
 PLUGIN = """
-from headwater.enricher.formats import Measurement, Normalized, batch_normalizer
+from headwater.enricher.plugins import Measurement, Normalized, batch_normalizer
 
 
 def spin(payload, media):

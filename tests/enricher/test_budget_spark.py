@@ -25,7 +25,7 @@ def _probe(batches: Iterator[Any]) -> Iterator[Any]:
 def _spin_once(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
     import threading
 
-    from headwater.enricher.executor import budget
+    from headwater.enricher.hop import budget
 
     def spin() -> None:
         while True:

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from headwater.enricher.driver.cli import register, settings_from_args
-from headwater.enricher.driver.errors import StartingOffsetsRequiredError
 from headwater.enricher.driver.settings import EnricherSettings, parse_duration
+from headwater.enricher.errors import StartingOffsetsRequiredError
 from headwater.runtime.env import SettingError
 
 

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.testing import assertDataFrameEqual
 
-from headwater.enricher.driver import jvm_state
-from headwater.enricher.driver.policy import Policy
-from headwater.enricher.driver.settings import EnricherTopics
-from headwater.enricher.executor.timestamps import ms_of
+from headwater.enricher.hop.timestamps import ms_of
+from headwater.enricher.state import jvm_state
+from headwater.enricher.state.policy import Policy
+from headwater.enricher.topics import EnricherTopics
 from headwater.proto.events.v1 import device_state_pb2, event_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from tests.support.event_ids import event_id

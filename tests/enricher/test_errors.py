@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headwater.enricher.driver.errors import explain_failure
+from headwater.enricher.errors import explain_failure
 
 # Excerpts of Spark 4.2's KafkaIllegalStateException texts (failOnDataLoss=true).
 DELETED = (
@@ -34,7 +34,7 @@ def test_other_failures_keep_their_first_part_without_plan_or_stack() -> None:
 
 
 def test_a_checkpoint_of_another_state_layout_is_explained() -> None:
-    from headwater.enricher.driver.errors import explain_failure
+    from headwater.enricher.errors import explain_failure
 
     spark = (
         "[STREAM_FAILED] Query [id = 1] terminated with exception: "
@@ -49,7 +49,7 @@ def test_a_checkpoint_of_another_state_layout_is_explained() -> None:
 
 def test_a_checkpoint_of_another_stateful_operator_is_explained() -> None:
     """Spark reports the operator's name first when the state metadata already records it."""
-    from headwater.enricher.driver.errors import explain_failure
+    from headwater.enricher.errors import explain_failure
 
     spark = (
         "[STREAM_FAILED] Query [id = 1] terminated with exception: "

@@ -12,8 +12,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from headwater.enricher.driver import job
-from headwater.enricher.driver.errors import explain_failure
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import explain_failure
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec

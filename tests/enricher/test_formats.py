@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from headwater.enricher.executor.arrow_hop import with_units
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.arrow_hop import with_units
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH
 from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA, SPB
 from tests.support.payloads import opcua_network as _network
@@ -95,7 +95,7 @@ def test_non_finite_values_are_invalid_and_name_the_field(
 
 
 def test_a_plugin_that_returns_nan_is_caught_by_the_one_check(monkeypatch) -> None:
-    from headwater.enricher.executor.formats import Measurement, Normalized, registry
+    from headwater.enricher.hop.formats import Measurement, Normalized, registry
 
     def sloppy(payload: bytes, media: object) -> Normalized:
         return Normalized("telemetry", "sloppy", [Measurement("flow", float("nan"), "")])

@@ -22,12 +22,14 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from headwater.enricher.driver import job, jvm_state
-from headwater.enricher.driver.errors import STATE_REFUSALS, explain_failure
-from headwater.enricher.driver.policy import Policy
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
-from headwater.enricher.executor.decode import key_columns
-from headwater.enricher.executor.schema import OUTPUT
+from headwater.enricher.driver import job
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import STATE_REFUSALS, explain_failure
+from headwater.enricher.hop.schema import OUTPUT
+from headwater.enricher.source.keys import key_columns
+from headwater.enricher.state import jvm_state
+from headwater.enricher.state.policy import Policy
+from headwater.enricher.topics import EnricherTopics
 from tests.enricher.corpus import RAW, corpus
 from tests.support.enricher import settings_for
 from tests.support.kafkatools import (
@@ -114,7 +116,8 @@ def test_a_checkpoint_of_another_state_layout_is_refused_at_start(
     ingest(kafka_bootstrap, topics, [Msg("c1", "dev-1", ACME, acme(1, 2), 1)])
     checkpoint = str(tmp_path / "cp")
     settings = settings_for(kafka_bootstrap, topics, checkpoint)
-    first = job.start(spark, settings, str(tmp_path / "stats.jsonl"), _other_layout)
+    raw = job.read_ingest(spark, settings)
+    first = job.write_stream(_other_layout(raw, settings), settings, str(tmp_path / "stats.jsonl"))
     try:
         # Both records (the master record and c1) went through the other layout's state.
         deadline = time.monotonic() + 120

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.enricher.executor.media_type import MediaTypeError, parse
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.media_type import MediaTypeError, parse
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.kafkatools import ACME, acme
 
 

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from headwater import record_headers as rh
-from headwater.enricher.executor.decode import (
+from headwater.enricher.hop.decode import (
     decode_for_key,
     decode_record,
-    key_columns,
     normalizable,
 )
-from headwater.enricher.executor.normalize import REGISTRY, normalize_batch, normalize_message
-from headwater.enricher.executor.schema import KEYED, field_names
+from headwater.enricher.hop.normalize import REGISTRY, normalize_batch, normalize_message
+from headwater.enricher.hop.schema import KEYED, field_names
+from headwater.enricher.source.keys import key_columns
 from headwater.topics import split_scoped_key
 from tests.support.kafkatools import (
     ACME,
@@ -153,7 +153,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
         ("", ""),
         ("", "dev-8"),
     ]
-    from headwater.enricher.driver.jvm_state import decode
+    from headwater.enricher.state.jvm_state import decode
 
     hopped = decode(keyed_df, "master").collect()
     got = [r.asDict(recursive=True) for r in hopped[:3] + hopped[4:5]]
@@ -180,7 +180,7 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
 def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     import random
 
-    from headwater.enricher.executor.arrow_hop import with_units
+    from headwater.enricher.hop.arrow_hop import with_units
     from headwater_dev.devstack import vendors
     from headwater_dev.devstack.fleet import build_fleet
 
@@ -248,8 +248,8 @@ def _alone(row: tuple) -> dict:
 
 @pytest.mark.spark
 def test_the_hop_decodes_as_one_row_would_and_leaves_the_keyed_columns_alone(spark) -> None:
-    from headwater.enricher.driver.jvm_state import decode
-    from headwater.enricher.executor.arrow_hop import HOP
+    from headwater.enricher.hop.arrow_hop import HOP
+    from headwater.enricher.state.jvm_state import decode
 
     good = Msg("m1", "dev-1", INITECH, b"294.65,0.401,3300", sequence=7)
     bad = Msg("m2", "dev-2", "text/x-unknown", b"?")

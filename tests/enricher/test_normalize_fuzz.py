@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.executor import budget as budgets
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop import budget as budgets
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.strategies import payloads, sparkplug
 
 BUILT_IN = [

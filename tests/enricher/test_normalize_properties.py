@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.executor.arrow_hop import with_units
-from headwater.enricher.executor.formats import REGISTRY
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.arrow_hop import with_units
+from headwater.enricher.hop.formats import REGISTRY
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.strategies import payloads
 
 FORMATS = sorted(REGISTRY)

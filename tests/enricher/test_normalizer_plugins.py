@@ -7,6 +7,7 @@ package, in this process and in a fresh ``headwater normalize`` process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -18,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from headwater.enricher.executor.formats import registry
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.formats import registry
+from headwater.enricher.hop.normalize import normalize_message
 
 PLUGIN = """
-from headwater.enricher.formats import Normalized, load_json, measure
+from headwater.enricher.plugins import Normalized, load_json, measure
 
 
 def normalize(payload, media):
@@ -98,24 +99,40 @@ def test_the_cli_loads_the_entry_point_in_a_fresh_process(installed: Path, tmp_p
     assert row["source_format"] == "example.meter.v1+json"
 
 
-def test_the_documented_plugin_import_paths_are_the_executor_modules() -> None:
-    """docs/enricher.md's imports for plugins still work, with the very same objects."""
-    from headwater.enricher import formats, normalize
-    from headwater.enricher.executor import formats as executor_formats
-    from headwater.enricher.executor import normalize as executor_normalize
+def test_the_plugin_api_is_the_hops_own_objects() -> None:
+    """headwater.enricher.plugins, docs/enricher.md's import for plugins: the hop's objects."""
+    from headwater.enricher import plugins
+    from headwater.enricher.hop import formats as hop_formats
+    from headwater.enricher.hop import normalize as hop_normalize
 
-    assert formats.NormalizeError is executor_formats.NormalizeError
-    assert formats.measure is executor_formats.measure
-    assert formats.REGISTRY is registry.REGISTRY
-    assert normalize.normalize_message is executor_normalize.normalize_message
-    assert formats.batch_normalizer is executor_formats.batch_normalizer
+    assert plugins.NormalizeError is hop_formats.NormalizeError
+    assert plugins.measure is hop_formats.measure
+    assert plugins.REGISTRY is registry.REGISTRY
+    assert plugins.normalize_message is hop_normalize.normalize_message
+    assert plugins.batch_normalizer is hop_formats.batch_normalizer
+
+
+@pytest.mark.parametrize("old", ["formats", "normalize"])
+def test_the_old_plugin_import_paths_warn_and_give_the_same_objects(old: str) -> None:
+    """headwater.enricher.formats and .normalize keep working for one release, with a warning."""
+    from headwater.enricher import plugins
+    from headwater.enricher.hop import formats as hop_formats
+
+    sys.modules.pop(f"headwater.enricher.{old}", None)  # a first import warns, as a plugin's
+    with pytest.warns(DeprecationWarning, match=f"headwater.enricher.{old} is deprecated"):
+        module = importlib.import_module(f"headwater.enricher.{old}")
+    assert {"NormalizeError", "Normalized", "register"} <= set(module.__all__)
+    for name in module.__all__:
+        # The plugin API's objects; .formats also kept its format modules (acme, ...).
+        source = plugins if name in plugins.__all__ else hop_formats
+        assert getattr(module, name) is getattr(source, name), name
 
 
 def test_the_documented_batch_form_runs_as_the_docs_say() -> None:
     """The batch-form example of docs/enricher.md, run through normalize_batch's helpers."""
 
-    from headwater.enricher.executor import media_type
-    from headwater.enricher.formats import NormalizeError, batch_of
+    from headwater.enricher.hop import media_type
+    from headwater.enricher.plugins import NormalizeError, batch_of
 
     docs = (Path(__file__).parents[2] / "docs" / "enricher.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", docs, flags=re.S)

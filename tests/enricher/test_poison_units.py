@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.driver.settings import EnricherTopics
-from headwater.enricher.executor.arrow_hop import HEADERS, HOP, hop_rows
-from headwater.enricher.executor.arrowsafe import sanitize
-from headwater.enricher.executor.decode import decode_record
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop.arrow_hop import HEADERS, HOP, hop_rows
+from headwater.enricher.hop.arrowsafe import sanitize
+from headwater.enricher.hop.decode import decode_record
+from headwater.enricher.hop.normalize import normalize_message
+from headwater.enricher.topics import EnricherTopics
 from headwater.ingest.write.validation import DeviceMessageValidator
 from headwater.proto.device.v1 import device_message_pb2
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH, Msg, envelope, ingest_headers

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headwater.enricher.driver import kafka_sink
+from headwater.enricher.sink import kafka_sink
 
 
 def test_the_sink_lingers_at_least_its_floor_and_keeps_a_longer_setting() -> None:

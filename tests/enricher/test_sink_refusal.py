@@ -9,8 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from headwater import record_headers as rh
-from headwater.enricher.driver import unproducible
-from headwater.enricher.driver.kafka_sink import KafkaStreamWriter
+from headwater.enricher.sink import unproducible
+from headwater.enricher.sink.kafka_sink import KafkaStreamWriter
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
 from tests.support.kafkatools import completions, make_topics, read_all
 

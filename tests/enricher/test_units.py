@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.enricher.executor import units
-from headwater.enricher.executor.normalize import normalize_message
+from headwater.enricher.hop import units
+from headwater.enricher.hop.normalize import normalize_message
 from tests.support.kafkatools import GLOBEX
 
 

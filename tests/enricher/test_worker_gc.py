@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from headwater.enricher.executor import worker_gc
+from headwater.enricher.hop import worker_gc
 
 
 class _Node:

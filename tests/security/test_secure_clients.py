@@ -204,8 +204,8 @@ def test_enricher_jvm_source_and_sink(secure_kafka, tmp_path):
     from pyspark.sql import functions as F
 
     from headwater.enricher.driver import job
-    from headwater.enricher.driver.kafka_sink import SINK_NAME
     from headwater.enricher.driver.settings import EnricherSettings
+    from headwater.enricher.sink.kafka_sink import SINK_NAME
 
     sources = {listener: _new_topic(secure_kafka, listener) for listener in LISTENERS}
     sink = _new_topic(secure_kafka, "mtls")

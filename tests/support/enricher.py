@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from headwater.enricher.driver.settings import EnricherSettings, EnricherTopics
+from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.settings import KafkaSettings
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater import record_headers as rh
-from headwater.enricher.driver.settings import EnricherTopics
+from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2

@@ -1,8 +1,8 @@
 """``headwater bench``: every benchmark (ingest, gateway, enricher), none used in production.
 
 They print figures and ratios against ceilings measured in the same run. The ingest and
-gateway benchmarks live in this package; ``enricher`` runs ``headwater.enricher.bench``
-(next to the Spark job it measures) with its own arguments.
+gateway benchmarks live in this package; ``enricher`` runs its sub-package
+``headwater_dev.bench.enricher`` with its own arguments.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "enricher",
         help="the enricher's throughput and latency on local Spark, and its keyed-state floor",
         description=(
-            "The enricher benchmark (headwater.enricher.bench): every argument is its own; "
+            "The enricher benchmark (headwater_dev.bench.enricher): every argument is its own; "
             "`headwater bench enricher --help` lists them."
         ),
         add_help=False,  # --help goes to the enricher benchmark's own parser
@@ -289,7 +289,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def _enricher(args: argparse.Namespace) -> int:
     interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
-    from headwater.enricher.bench.query import main
+    from headwater_dev.bench.enricher.query import main
 
     return main(list(args.forwarded))
 

@@ -1,8 +1,7 @@
-"""The enricher's Spark driver side: command line, job, settings, sink, listeners.
+"""The enricher's Spark driver: command line, settings, job, runner, listeners.
 
 ``headwater enricher run`` (:mod:`.cli`) reads the settings (:mod:`.settings`), starts the
-query (:mod:`.job`, the only module with ``readStream`` and ``writeStream``) and runs it
-(:mod:`.runner`); the JVM state operator is called through py4j here (:mod:`.jvm_state`).
-The "headwater-kafka" sink (:mod:`.kafka_sink`) is registered and committed here; its
-writers run in the Python workers.
+query (:mod:`.job`, the only module with ``readStream`` and ``writeStream``: the ingest
+topics in, :mod:`headwater.enricher.sink` out) and runs it (:mod:`.runner`), with the
+listeners (:mod:`.metrics`, :mod:`.progress_offsets`).
 """

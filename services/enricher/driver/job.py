@@ -13,16 +13,16 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from headwater.enricher.driver import jvm_state
-from headwater.enricher.driver.errors import StartingOffsetsRequiredError
-from headwater.enricher.driver.kafka_sink import KafkaSinkDataSource
-from headwater.enricher.driver.policy import Policy
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import StartingOffsetsRequiredError
+from headwater.enricher.sink.kafka_sink import KafkaSinkDataSource
+from headwater.enricher.state import jvm_state
+from headwater.enricher.state.policy import Policy
 from headwater.runtime import jvm
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,16 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 ROCKSDB_CONF = "spark.sql.streaming.stateStore.rocksdb"
 
 
-def build_session(settings: EnricherSettings, app_name: str = "headwater-enricher") -> SparkSession:
-    """Return a Spark session set up for the enricher (RocksDB state, our Kafka source)."""
+def build_session(
+    settings: EnricherSettings,
+    app_name: str = "headwater-enricher",
+    extra_jars: Sequence[str] = (),
+) -> SparkSession:
+    """Return a Spark session set up for the enricher (RocksDB state, our Kafka source).
+
+    ``extra_jars`` go on ``spark.jars`` beside the connector's and the operator's, for a run
+    that is not spark-submitted (whose classpath is the submitter's).
+    """
     # Python workers must run this interpreter, the one with headwater installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -46,7 +54,7 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
     if not submitted:
         # The image has the connector on Spark's classpath; a direct run takes the jars
         # `make install` copied.
-        builder = builder.config("spark.jars", connector_jars())
+        builder = builder.config("spark.jars", ",".join([connector_jars(), *extra_jars]))
     spark = (
         builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         # A batch's commit writes a changelog of its updates instead of a RocksDB snapshot
@@ -151,23 +159,38 @@ def kafka_stream(
     return spark.readStream.format("kafka").options(**options).load()
 
 
+def policy_of(settings: EnricherSettings) -> Policy:
+    """Return the keyed state's policy that ``settings`` describe (durations in milliseconds)."""
+    return Policy(
+        topics=settings.topics,
+        max_attempts=settings.max_attempts,
+        backoff_ms=int(settings.retry_backoff_seconds * 1000),
+        backoff_max_ms=int(settings.retry_backoff_max_seconds * 1000),
+        dedup_window_ms=int(settings.dedup_window_seconds * 1000),
+        max_latest_values=settings.max_latest_values,
+        dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
+    )
+
+
 def enrich_stream(raw: DataFrame, settings: EnricherSettings) -> DataFrame:
     """Return the output records (``schema.OUTPUT``) of raw Kafka rows."""
-    return jvm_state.process_devices(raw, Policy.of(settings))
+    return jvm_state.process_devices(raw, policy_of(settings))
 
 
 def start(
-    spark: SparkSession,
-    settings: EnricherSettings,
-    stats_path: str | None = None,
-    transform: Callable[[DataFrame, EnricherSettings], DataFrame] = enrich_stream,
+    spark: SparkSession, settings: EnricherSettings, stats_path: str | None = None
 ) -> StreamingQuery:
-    """Start the enricher query; return it running.
+    """Start the enricher query; return it running."""
+    return write_stream(enrich_stream(read_ingest(spark, settings), settings), settings, stats_path)
 
-    ``transform`` turns the raw Kafka rows into output records; the benchmark swaps in its
-    floor (``bench/floor.py``) to measure the same query with none of the enricher's work.
+
+def write_stream(
+    out: DataFrame, settings: EnricherSettings, stats_path: str | None = None
+) -> StreamingQuery:
+    """Start writing output records (``schema.OUTPUT``) through the enricher's sink; return it.
+
+    ``stats_path`` is the sink's statistics file (a fresh temporary one by default).
     """
-    out = transform(read_ingest(spark, settings), settings)
     stats_path = stats_path or os.path.join(
         tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl"
     )

@@ -25,8 +25,8 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from pyspark.sql.streaming import StreamingQueryListener
 
-from headwater.enricher.driver.kafka_sink import BYTES
-from headwater.enricher.executor.budget import REASONS as BUDGET_REASONS
+from headwater.enricher.hop.budget import REASONS as BUDGET_REASONS
+from headwater.enricher.sink.kafka_sink import BYTES
 from headwater.runtime import stats
 from headwater.runtime.telemetry import SECONDS_BUCKETS
 

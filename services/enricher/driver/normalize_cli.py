@@ -51,8 +51,8 @@ def _read(path: str) -> bytes:
 
 def normalize_file(content_type: str, payload: bytes) -> tuple[int, dict[str, Any]]:
     """Return ``(exit code, JSON document)`` for one payload: the normalized row, or why not."""
-    from headwater.enricher.executor.arrow_hop import with_units
-    from headwater.enricher.executor.normalize import normalize_message
+    from headwater.enricher.hop.arrow_hop import with_units
+    from headwater.enricher.hop.normalize import normalize_message
 
     row = normalize_message(content_type, payload)
     if row.get("error_reason"):
@@ -68,7 +68,7 @@ def normalize_file(content_type: str, payload: bytes) -> tuple[int, dict[str, An
 
 def _run(args: argparse.Namespace) -> int:
     if args.list:
-        from headwater.enricher.executor.formats.registry import loaded
+        from headwater.enricher.hop.formats.registry import loaded
 
         for entry in loaded():
             status = f"  SKIPPED: {entry.error}" if entry.error else ""

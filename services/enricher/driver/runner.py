@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from headwater.enricher.driver.errors import EnricherError, explain_failure
 from headwater.enricher.driver.settings import EnricherSettings
+from headwater.enricher.errors import EnricherError, explain_failure
 from headwater.runtime.signals import sigint_kept
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def run_enricher(
 
 def log_normalizers() -> None:
     """Log every format the normalizer registry holds, built-in and from entry points."""
-    from headwater.enricher.executor.formats.registry import loaded
+    from headwater.enricher.hop.formats.registry import loaded
 
     formats = loaded()
     log.info(

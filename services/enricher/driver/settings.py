@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import headwater.topics as t
-from headwater.enricher.executor.budget import Budget
+from headwater.enricher.hop.budget import Budget
+from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.settings import KafkaSettings
 from headwater.runtime.env import SettingError, env_int, env_str
 
@@ -37,46 +37,6 @@ def _progress_group(raw: str) -> str:
     if not raw:
         return DEFAULT_PROGRESS_GROUP
     return "" if raw.lower() == "off" else raw
-
-
-@dataclass(frozen=True)
-class EnricherTopics:
-    """The topics the enricher reads and writes (the names of ``headwater.topics``)."""
-
-    ingest: tuple[str, ...] = tuple(t.INGEST_TOPICS.values())
-    master: str = t.MASTER_DEVICES_TOPIC
-    events: tuple[tuple[str, str], ...] = tuple(t.EVENT_TOPICS.items())
-    completions: str = t.COMPLETIONS_TOPIC
-    deadletter: str = t.DEADLETTER_TOPIC
-    retry: str = t.RETRY_TOPIC
-    state: str = t.DEVICE_STATE_TOPIC
-
-    @classmethod
-    def with_prefix(cls, prefix: str) -> EnricherTopics:
-        """Return the default names with ``prefix`` in front (tests, shared dev clusters)."""
-        base = cls()
-        return cls(
-            ingest=tuple(prefix + n for n in base.ingest),
-            master=prefix + base.master,
-            events=tuple((k, prefix + v) for k, v in base.events),
-            completions=prefix + base.completions,
-            deadletter=prefix + base.deadletter,
-            retry=prefix + base.retry,
-            state=prefix + base.state,
-        )
-
-    def event_topic(self, event_type: str) -> str:
-        """Return the topic of ``event_type`` ("telemetry", "alarm")."""
-        return dict(self.events)[event_type]
-
-    def outputs(self) -> list[str]:
-        """Every topic the enricher writes."""
-        return [v for _, v in self.events] + [
-            self.completions,
-            self.deadletter,
-            self.retry,
-            self.state,
-        ]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The entry point PySpark calls through py4j (services/enricher/driver/jvm_state.py): the decoded,
+ * The entry point PySpark calls through py4j (services/enricher/state/jvm_state.py): the decoded,
  * normalized rows of the Python hop in, the output records (schema.py's OUTPUT) out.
  */
 public final class EnricherState {
@@ -30,18 +30,6 @@ public final class EnricherState {
         .as(Encoders.row(KEY), Encoders.row(decoded.schema()))
         .transformWithState(new DeviceProcessor(p), TimeMode.ProcessingTime(), OutputMode.Append(),
             Encoders.row(Records.OUTPUT));
-  }
-
-  /**
-   * Returns the benchmark's JVM floor over raw keyed rows (decode.key_columns): the keyed
-   * operator with no enricher work ({@link FloorProcessor}).
-   */
-  public static Dataset<Row> floor(Dataset<Row> keyed, String completions, String masterTopic) {
-    return keyed
-        .groupBy(keyed.col("tenant"), keyed.col("device_key"))
-        .as(Encoders.row(KEY), Encoders.row(keyed.schema()))
-        .transformWithState(new FloorProcessor(completions, masterTopic),
-            TimeMode.ProcessingTime(), OutputMode.Append(), Encoders.row(Records.OUTPUT));
   }
 
   /** The output layout, for Python to check against schema.OUTPUT. */

@@ -1,0 +1,130 @@
+"""The Python hop before the JVM keyed state: decode and normalize whole Arrow batches.
+
+Stateless, in one scalar Arrow UDF over batches (``arrow_udf``, an iterator of batches).
+Spark sends it only what decoding reads (``inputs``: the source topic, the device key, the
+record's value and the few headers decode reads, taken out of the headers array in Spark
+SQL), and it returns one ``HOP`` struct per row: the decoded and normalized columns the JVM
+operator reads, errors as values. The keyed rows' own columns (tenant, device key, source
+coordinates, value, headers) stay in the JVM beside the call and are joined to its result
+there (Spark's ``ArrowEvalPython``): writing them to Arrow for Python and reading them back
+was most of the JVM's CPU for the hop (docs/benchmarks.md, issue 27).
+
+Each message is decoded for the key it was grouped by (``decode.decode_for_key``); the
+batch's messages are then normalized together, grouped by media type
+(``normalize.normalize_batch``), each to the columns ``normalize.normalize_message`` gives it
+alone. The JVM has no unit library: for every unit a Sparkplug B message names (definitions
+and readings), the hop adds its conversion (``units``, :func:`with_units`), which the JVM
+keeps with the device's definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from headwater import record_headers as rh
+from headwater.enricher.hop import units, worker_gc
+from headwater.enricher.hop.decode import decode_for_key, normalizable
+from headwater.enricher.hop.normalize import normalize_batch
+from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
+from headwater.enricher.source.keys import last_header
+
+#: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
+UNITS = (
+    "units array<struct<spelling:string,canonical:string,scale:double,offset:double,error:string>>"
+)
+#: Decoded columns the hop does not return: the key (the JVM has it) and what the JVM operator
+#: never reads (the payload's meaning is in the normalized columns, its bytes in ``value``).
+_NOT_RETURNED = ("tenant", "device_key", "content_type", "payload", "endpoint")
+#: The struct the hop returns per row, as a DDL field list; the JVM reads its fields by name.
+HOP = ", ".join(
+    [f for f in fields(DECODED_FIELDS) if f.split(" ")[0] not in _NOT_RETURNED]
+    + [NORMALIZED_FIELDS, UNITS]
+)
+#: The headers decode reads of an ingest record (tenant is the key's; endpoint is not read).
+HEADERS = (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)
+
+
+def inputs() -> list[Column]:
+    """Return the hop's arguments over keyed rows (``keys.key_columns``), in Spark SQL.
+
+    Each header is the value of the last one of its name, as ``decode.header_map`` reads
+    them (null when absent; ``keys.last_header``).
+    """
+    headers = [last_header(name) for name in HEADERS]
+    return [F.col("src_topic"), F.col("device_key"), F.col("value"), *headers]
+
+
+def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the conversion of every unit the message's Sparkplug parts name."""
+    spellings = {d["unit"] for d in msg.get("definitions") or [] if d.get("unit")}
+    spellings |= {p["unit"] for p in msg.get("pending") or [] if p.get("unit")}
+    out = []
+    for spelling in sorted(spellings):
+        try:
+            c = units.conversion(spelling)
+        except Exception as exc:  # UnitError, or any failure of the units library: data
+            text = str(exc) or type(exc).__name__
+            out.append(
+                {"spelling": spelling, "canonical": "", "scale": 0.0, "offset": 0.0, "error": text}
+            )
+            continue
+        out.append(
+            {
+                "spelling": spelling,
+                "canonical": c.canonical,
+                "scale": c.scale,
+                "offset": c.offset,
+                "error": "",
+            }
+        )
+    return out
+
+
+def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]:
+    """Return a batch of the hop's ``inputs`` decoded and normalized; never raises.
+
+    The dicts hold the columns a message has (Arrow makes the others null).
+    """
+    topics, keys, values, *headers = (c.to_pylist() for c in columns)  # no row dicts
+    msgs = []
+    for topic, key, value, *found in zip(topics, keys, values, *headers, strict=True):
+        pairs = [(name, v) for name, v in zip(HEADERS, found, strict=True) if v is not None]
+        msgs.append(decode_for_key(topic, key, value, pairs, master_topic))
+    todo = [m for m in msgs if normalizable(m)]
+    normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
+    for msg, columns_of_msg in zip(todo, normalized, strict=True):
+        msg |= columns_of_msg
+    for msg in msgs:
+        with_units(msg)
+    return msgs
+
+
+def with_units(msg: dict[str, Any]) -> dict[str, Any]:
+    """Return ``msg`` with the conversions of the units its Sparkplug parts name, if any."""
+    if msg.get("definitions") or msg.get("pending"):
+        msg["units"] = conversions(msg)
+    return msg
+
+
+def decoder(
+    master_topic: str, schema: pa.Schema
+) -> Callable[[Iterator[tuple[pa.Array, ...]]], Iterator[pa.Array]]:
+    """Return the Arrow UDF's function (picklable: it closes over strings and a schema).
+
+    ``schema`` is ``HOP``'s; each batch of ``inputs`` gives one struct array of it.
+    """
+
+    def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        for columns in batches:
+            with worker_gc.batch_scope():
+                rows = hop_rows(list(columns), master_topic)
+                out = pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
+            yield out
+        worker_gc.freeze_survivors()
+
+    return run

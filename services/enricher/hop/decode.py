@@ -1,0 +1,142 @@
+"""Decode step: Kafka records -> device-message envelopes (or master records), errors as values.
+
+Runs in the Python hop (``arrow_hop``) on rows whose key the JVM computed
+(:func:`headwater.enricher.source.keys.key_columns`). A record that cannot be decoded never
+raises: it gets ``error_*`` fields and is routed to the dead-letter topic, because a raise
+inside the query would crash-loop on replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headwater import record_headers as rh
+from headwater.enricher.hop.arrowsafe import sanitize
+from headwater.enricher.hop.schema import DECODED_FIELDS, field_names
+from headwater.enricher.hop.timestamps import ms_of
+from headwater.proto.device.v1 import device_message_pb2
+from headwater.proto.master.v1 import device_master_pb2
+from headwater.topics import split_scoped_key
+
+_FIELDS = field_names(DECODED_FIELDS)
+
+
+def header_map(headers: list[Any] | None) -> dict[str, bytes]:
+    """Return ``{name: value}`` of Kafka headers (last one wins), from rows or tuples."""
+    out: dict[str, bytes] = {}
+    for h in headers or []:
+        key, value = (h["key"], h["value"]) if not isinstance(h, tuple) else h
+        out[key] = value or b""
+    return out
+
+
+def _text(value: bytes | None) -> str:
+    return value.decode("utf-8", "replace") if value else ""
+
+
+def _error(out: dict[str, Any], stage: str, reason: str, exc: BaseException | str) -> None:
+    out["error_stage"], out["error_reason"] = stage, reason
+    if isinstance(exc, BaseException):
+        # Sanitized: an exception may quote input text that is not valid UTF-8.
+        out["error_class"], out["error_message"] = type(exc).__name__, sanitize(str(exc)[:1000])
+    else:
+        out["error_class"], out["error_message"] = "ValidationError", exc
+
+
+def decode_record(
+    topic: str, key: bytes | None, value: bytes | None, headers: Any, master_topic: str
+) -> dict[str, Any]:
+    """Decode one record into the ``DECODED_FIELDS`` columns; never raises."""
+    out: dict[str, Any] = dict.fromkeys(_FIELDS)
+    out["device_key"] = _text(key)
+    if topic == master_topic:
+        out["kind"] = "master"
+        out["master_deleted"] = not value
+        # The key names the scope: "<tenant>/<device_id>", or a legacy "<device_id>".
+        out["tenant"], out["device_key"] = split_scoped_key(out["device_key"])
+        if value:
+            try:
+                m = device_master_pb2.DeviceMaster.FromString(value)
+                out |= {"site": m.site, "area_code": m.area_code, "model": m.model}
+                out["vendor_format"] = m.vendor_format
+            except Exception as exc:  # any parse failure is data, not a crash
+                _error(out, "decode", "MASTER_UNDECODABLE", exc)
+        return out
+    out["kind"] = "ingest"
+    hdr = out["header_map"] = header_map(headers)
+    out["tenant"] = _text(hdr.get(rh.TENANT))
+    out["gateway_id"] = _text(hdr.get(rh.GATEWAY_ID))
+    out["endpoint"] = _text(hdr.get(rh.ENDPOINT))
+    out["message_id"] = _text(hdr.get(rh.MESSAGE_ID))
+    try:
+        out["received_ms"] = int(hdr.get(rh.RECEIVED_AT_MS) or 0)
+    except ValueError:
+        out["received_ms"] = 0
+    try:
+        msg = device_message_pb2.DeviceMessage.FromString(value or b"")
+    except Exception as exc:
+        _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
+        return out
+    problem = envelope_problem(msg)
+    if problem:
+        _error(out, "decode", "ENVELOPE_INVALID", problem)
+        return out
+    out |= {
+        "message_id": msg.message_id,
+        "device_id": msg.device_id,
+        "device_key": msg.device_id,
+        "content_type": msg.content_type,
+        "device_time_ms": ms_of(msg.device_time),
+        "sequence": int(msg.sequence),
+        "payload": msg.payload,
+    }
+    return out
+
+
+#: The largest value of the ``long`` columns (``sequence``).
+MAX_LONG = 2**63 - 1
+
+
+def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
+    """Return why ``msg`` cannot become a decoded row ("" when it can).
+
+    Ingest refuses all of these; the enricher checks again because the topic may hold
+    records written before those checks, or by another producer, and one such record
+    must not stop the query.
+    """
+    if not msg.message_id or not msg.device_id or not msg.content_type:
+        return "message_id, device_id and content_type are required"
+    if msg.sequence > MAX_LONG:
+        return f"sequence {msg.sequence} does not fit a signed 64-bit integer"
+    ts = msg.device_time
+    if not 0 <= ts.nanos <= 999_999_999 or not -62135596800 <= ts.seconds <= 253402300799:
+        return f"device_time is not a valid Timestamp (seconds={ts.seconds}, nanos={ts.nanos})"
+    return ""
+
+
+def decode_for_key(
+    topic: str, device_key: str, value: bytes | None, headers: Any, master_topic: str
+) -> dict[str, Any]:
+    """Decode one record for the device key it was grouped by; never raises.
+
+    The key the row was grouped by wins over what the record says: an ingest envelope
+    whose ``device_id`` is not its record key is refused (``ENVELOPE_INVALID``), because its
+    order and state follow the key. The key's tenant and the source columns stay in the JVM
+    (``arrow_hop``).
+    """
+    msg = decode_record(topic, None, value, headers, master_topic)
+    msg["device_key"] = device_key
+    if normalizable(msg) and msg["device_id"] != device_key:
+        _error(
+            msg,
+            "decode",
+            "ENVELOPE_INVALID",
+            f"record key {device_key!r} is not the envelope's device_id "
+            f"{msg['device_id']!r} (ingest topics are keyed by device id)",
+        )
+    return msg
+
+
+def normalizable(msg: dict[str, Any]) -> bool:
+    """True for a decoded device message (not master data, not a decode error)."""
+    return msg["kind"] == "ingest" and not msg["error_reason"]

@@ -1,0 +1,227 @@
+"""Normalize step: vendor payloads -> common-format content, through a registry of normalizers.
+
+Each normalizer (``headwater.enricher.hop.formats``, one module per format, plus those
+installed packages add) turns one vendor format, named by the message's media type, into
+measurements in canonical units (``units.py``) or an alarm. The media type is matched as RFC
+9110 says (``media_type.py``). Whatever a normalizer returns passes one check here: names
+non-empty, values finite, times in range, sizes within the budget. An unknown format or a
+bad payload is a poison pill: ``error_*`` columns, never a raise. Every call runs under the
+budget of ``budget.py`` (CPU time, payload and result sizes): one message can cost the
+worker only so much, whatever it holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headwater.enricher.hop import budget as budgets
+from headwater.enricher.hop import media_type, units
+from headwater.enricher.hop.arrowsafe import REASON as ENCODE_REASON
+from headwater.enricher.hop.arrowsafe import STAGE as ENCODE_STAGE
+from headwater.enricher.hop.arrowsafe import encodable, sanitize
+from headwater.enricher.hop.formats import (
+    REGISTRY,
+    Normalized,
+    NormalizeError,
+    batch_of,
+    register,
+)
+from headwater.enricher.hop.formats.base import check_time, check_value
+from headwater.enricher.hop.formats.registry import lookup
+
+__all__ = [
+    "REGISTRY",
+    "NormalizeError",
+    "Normalized",
+    "normalize_batch",
+    "normalize_message",
+    "register",
+]
+
+
+#: The package of the built-in normalizers (formats/): their strings are checked cheaply.
+_BUILT_IN = "headwater.enricher.hop.formats."
+
+
+def normalize_message(content_type: str | None, payload: bytes | None) -> dict[str, Any]:
+    """Return the ``NORMALIZED_FIELDS`` columns plus ``error_*`` ones; never raises.
+
+    The work is bounded by this process's budget (``budget.current()``): a payload over its
+    size, a call over its CPU time or a result over its sizes is a dead letter of reason
+    ``NORMALIZE_TOO_LARGE`` or ``NORMALIZE_BUDGET``.
+    """
+    return normalize_batch([(content_type, payload)])[0]
+
+
+def normalize_batch(
+    rows: list[tuple[str | None, bytes | None]], budget: budgets.Budget | None = None
+) -> list[dict[str, Any]]:
+    """Return :func:`normalize_message` of each ``(content_type, payload)``, in order.
+
+    Grouped by content type: each group's media type is parsed and looked up once, and its
+    normalizer's batch form (``formats.batch_of``) runs over the group's payloads with the
+    CPU-time interrupt armed once. Each message still has its own budget: one over it is a
+    dead letter, the others go on.
+    """
+    b = budget or budgets.current()
+    out: list[dict[str, Any]] = [{}] * len(rows)
+    groups: dict[str | None, list[int]] = {}
+    for i, (content_type, _) in enumerate(rows):
+        groups.setdefault(content_type, []).append(i)
+    for content_type, indexes in groups.items():
+        try:
+            media = media_type.parse(content_type or "")
+        except media_type.MediaTypeError as exc:
+            bad = _err("CONTENT_TYPE_INVALID", type(exc).__name__, str(exc))
+            for i in indexes:
+                out[i] = dict(bad)
+            continue
+        fn = lookup(media.essence)
+        if fn is None:
+            for i in indexes:
+                out[i] = _err(
+                    "UNKNOWN_FORMAT", "UnknownFormatError", f"no normalizer for {media.essence!r}"
+                )
+            continue
+        todo: list[tuple[int, bytes]] = []
+        for i in indexes:
+            payload = rows[i][1] or b""
+            if len(payload) > b.max_payload_bytes:
+                out[i] = _err(
+                    budgets.SIZE_REASON,
+                    "SizeBudgetExceeded",
+                    f"payload of {len(payload)} bytes is over the normalize budget of "
+                    f"{b.max_payload_bytes} (HEADWATER_ENRICHER_NORMALIZE_MAX_PAYLOAD_BYTES)",
+                )
+            else:
+                todo.append((i, payload))
+        if not todo:
+            continue
+        if not units.ready():
+            units.warm()  # the units registry's one-off build (~0.4 s) is not a message's cost
+        results = budgets.each(b, batch_of(fn), [p for _, p in todo], media)
+        built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
+        for (i, payload), result in zip(todo, results, strict=True):
+            out[i] = _columns_of(result, payload, media, built_in, b)
+    return out
+
+
+def _columns_of(
+    result: Any, payload: bytes, media: media_type.MediaType, built_in: bool, b: budgets.Budget
+) -> dict[str, Any]:
+    """The columns of one normalizer result (or of the error it gave instead)."""
+    try:
+        if isinstance(result, BaseException):
+            raise result
+        out = columns(result, b)
+    except NormalizeError as exc:
+        return _err(exc.reason, type(exc).__name__, str(exc))
+    except budgets.CpuBudgetExceeded:
+        return _err(
+            budgets.CPU_REASON,
+            "CpuBudgetExceeded",
+            f"normalizing {media.essence} took more than {b.cpu_ms:g} ms of CPU time "
+            "(HEADWATER_ENRICHER_NORMALIZE_CPU_MS)",
+        )
+    except budgets.SizeBudgetExceeded as exc:
+        return _err(budgets.SIZE_REASON, "SizeBudgetExceeded", str(exc))
+    except Exception as exc:  # a normalizer bug must not crash-loop the query on replay
+        return _err("NORMALIZER_FAILED", type(exc).__name__, str(exc))
+    escapes = b"\\u" in payload or media.charset not in (None, "utf-8")
+    if (escapes or not built_in) and not encodable(out):
+        # A JSON escape such as "\ud800" parses to a string no encoder accepts (Arrow,
+        # protobuf, Kafka): a dead letter now, not an exception in a later step. Built-in
+        # normalizers can only produce one from such an escape, so only payloads that have
+        # one (spelled in UTF-8, or in another charset where the bytes do not show it), or
+        # another package's normalizer, pay for the check.
+        return {
+            "error_stage": ENCODE_STAGE,
+            "error_reason": ENCODE_REASON,
+            "error_class": "UnicodeEncodeError",
+            "error_message": "a normalized string is not valid UTF-8 (lone surrogate?)",
+        }
+    return out
+
+
+def columns(n: Normalized, budget: budgets.Budget | None = None) -> dict[str, Any]:
+    """Return the columns of a normalizer's result, after the one check every result passes.
+
+    Raises:
+        NormalizeError: ``PAYLOAD_INVALID`` naming the field whose name is empty, whose value
+            is not a finite number, or whose time is out of range.
+        SizeBudgetExceeded: more readings than ``budget.max_measurements``, or a string
+            longer than ``budget.max_text_chars``.
+    """
+    b = budget or budgets.current()
+    if not isinstance(n, Normalized) or not n.event_type or not isinstance(n.event_type, str):
+        raise TypeError(f"a normalizer returned {type(n).__name__}, not Normalized")
+    count = len(n.measurements) + len(n.definitions) + len(n.pending)
+    if count > b.max_measurements:
+        raise budgets.SizeBudgetExceeded(
+            f"{count} measurements, definitions and readings are over the normalize budget of "
+            f"{b.max_measurements} (HEADWATER_ENRICHER_NORMALIZE_MAX_MEASUREMENTS)"
+        )
+    limit = b.max_text_chars
+    measurements = []
+    for m in n.measurements:
+        name, value, unit, *rest = m
+        unit = str(unit)
+        _text(name, limit)
+        _text(unit, limit)
+        measurements.append(
+            {
+                "name": name,
+                "value": check_value(name, value),
+                "unit": unit,
+                "time_ms": check_time(name, rest[0] if rest else None),
+            }
+        )
+    _text(n.event_type, limit)
+    _text(n.source_format, limit)
+    out: dict[str, Any] = {
+        "event_type": n.event_type,
+        "source_format": n.source_format,
+        "measurements": measurements,
+    }
+    if n.alarm:
+        out["alarm_code"], out["alarm_severity"], out["alarm_text"] = n.alarm
+        _text(out["alarm_code"], limit)
+        _text(out["alarm_text"], limit)
+    if n.definitions or n.pending:
+        for d in n.definitions:
+            _text(d.name, limit)
+            _text(d.unit, limit)
+        for p in n.pending:
+            _text(p.name, limit)
+            _text(p.unit, limit)
+        out["definitions"] = [d._asdict() for d in n.definitions]
+        out["replaces_definitions"] = n.replaces_definitions
+        out["pending"] = [
+            p._asdict()
+            | {
+                "value": check_value(p.name or f"alias {p.alias}", p.value),
+                "time_ms": check_time(p.name or f"alias {p.alias}", p.time_ms),
+            }
+            for p in n.pending
+        ]
+    return out
+
+
+def _text(value: Any, limit: int) -> None:
+    # Only length: types are checked where each value is used. Strings longer than the
+    # budget are refused whole (no truncation: a cut name would be another metric's).
+    if isinstance(value, str) and len(value) > limit:
+        raise budgets.SizeBudgetExceeded(
+            f"a normalized text of {len(value)} characters ({value[:40]!r}...) is over the "
+            f"normalize budget of {limit} (HEADWATER_ENRICHER_NORMALIZE_MAX_TEXT_CHARS)"
+        )
+
+
+def _err(reason: str, cls: str, message: str) -> dict[str, Any]:
+    return {
+        "error_stage": "normalize",
+        "error_reason": reason,
+        "error_class": cls,
+        # Sanitized: a parser's message may quote payload text that is not valid UTF-8.
+        "error_message": sanitize(message[:1000]),
+    }
