@@ -45,6 +45,9 @@ def build_session(settings: EnricherSettings, app_name: str = "headwater-enriche
         # The image has the connector on Spark's classpath; a direct run takes the jars
         # `make install` copied.
         builder = builder.config("spark.jars", connector_jars())
+        # Read when Spark's JVM starts (so only here, before getOrCreate); a local run keeps
+        # the keyed state in the driver, and Spark's 1 GB default left too little room.
+        builder = builder.config("spark.driver.memory", settings.driver_memory)
     spark = (
         builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         # A batch's commit writes a changelog of its updates instead of a RocksDB snapshot

@@ -26,6 +26,8 @@ class Policy:
     max_latest_values: int = 100
     #: How long message ids are remembered at all (older ids by device-time hour).
     dedup_horizon_ms: int = 7 * 24 * HOUR_MS + HOUR_MS
+    #: The most bytes one device keeps parked waiting for master data.
+    max_parked_bytes: int = 32 << 20
 
     @classmethod
     def of(cls, settings: EnricherSettings) -> Policy:
@@ -38,4 +40,5 @@ class Policy:
             dedup_window_ms=int(settings.dedup_window_seconds * 1000),
             max_latest_values=settings.max_latest_values,
             dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
+            max_parked_bytes=settings.max_parked_bytes,
         )
