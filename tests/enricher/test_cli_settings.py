@@ -31,6 +31,8 @@ def test_from_env_reads_every_setting() -> None:
             "HEADWATER_ENRICHER_MAX_ATTEMPTS": "7",
             "HEADWATER_ENRICHER_DEDUP_WINDOW": "2h",
             "HEADWATER_ENRICHER_TOPIC_PREFIX": "dev.",
+            "HEADWATER_ENRICHER_MAX_PARKED_BYTES": "1000000",
+            "HEADWATER_ENRICHER_DRIVER_MEMORY": "3g",
         }
     )
     assert (s.kafka.bootstrap_servers, s.checkpoint_location, s.starting_offsets) == (
@@ -41,6 +43,7 @@ def test_from_env_reads_every_setting() -> None:
     assert (s.max_records_per_trigger, s.trigger_interval_seconds) == (500, 0.25)
     assert (s.max_attempts, s.dedup_window_seconds) == (7, 7200.0)
     assert s.topics.completions == "dev.completions.v1"
+    assert (s.max_parked_bytes, s.driver_memory) == (1_000_000, "3g")
     with pytest.raises(dataclasses_frozen_error()):
         s.max_attempts = 1  # type: ignore[misc]
 
@@ -57,6 +60,9 @@ def dataclasses_frozen_error() -> type[Exception]:
         ("HEADWATER_ENRICHER_STARTING_OFFSETS", "newest"),
         ("HEADWATER_ENRICHER_TRIGGER_INTERVAL", "soon"),
         ("HEADWATER_ENRICHER_MAX_ATTEMPTS", "0"),
+        ("HEADWATER_ENRICHER_MAX_PARKED_BYTES", "0"),
+        ("HEADWATER_ENRICHER_DRIVER_MEMORY", "lots"),
+        ("HEADWATER_ENRICHER_DRIVER_MEMORY", "2 GB"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

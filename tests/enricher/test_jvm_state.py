@@ -8,6 +8,7 @@ every outcome. The rules themselves are tested in the operator's JUnit tests
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from headwater.enricher.source.keys import key_columns
 from headwater.enricher.state import jvm_state
 from headwater.enricher.state.policy import Policy
 from headwater.enricher.topics import EnricherTopics
-from tests.enricher.corpus import RAW, corpus
+from tests.enricher.corpus import RAW, T0, Corpus, corpus
 from tests.support.enricher import settings_for
 from tests.support.kafkatools import (
     ACME,
@@ -73,6 +74,36 @@ def test_the_policy_crosses_as_lines_the_jvm_reads() -> None:
     assert "topic.event.telemetry=d.events.telemetry.v1" in lines
     assert "dedup_horizon_ms=608400000" in lines
     assert "max_attempts=3" in lines
+    assert f"max_parked_bytes={32 << 20}" in lines
+
+
+@pytest.mark.spark
+def test_a_device_past_its_parked_bytes_is_dead_lettered_and_others_go_on(spark) -> None:
+    # Issue 35 at a small scale: 20 valid acme messages of 20 KB for a device without master
+    # data, the limit lowered by the setting to 100 KB; another device runs beside it.
+    settings = EnricherSettings(topics=T, max_attempts=3, max_parked_bytes=100_000)
+    c = Corpus(T.ingest, T.master)
+    c.master("other")
+    pad = "x" * 20_000
+    for s in range(1, 21):
+        big = json.dumps({"temp_c": 20.0, "hum_pct": 40.0, "pad": pad}).encode()
+        c.message(Msg(f"big-{s}", "big", ACME, big, sequence=s, device_time_ms=T0 + s))
+        c.message(Msg(f"other-{s}", "other", ACME, acme(21.0, 41.0), s, T0 + s))
+    out = jvm_state.process_devices(
+        spark.createDataFrame(c.rows, RAW), Policy.of(settings)
+    ).collect()
+    ids = {f"{r[2]}/{r[3]}/{r[4]}": r[7][0][1].decode() for r in c.rows[1:]}  # ref -> id
+    done = [r for r in out if r.role == "completion"]
+    assert Counter(r.ref for r in done) == Counter(ids.keys()), "one completion per input"
+    outcome = {ids[r.ref]: r.label for r in done}
+    assert all(outcome[f"other-{s}"] == "ENRICHED" for s in range(1, 21))
+    parked = [s for s in range(1, 21) if outcome[f"big-{s}"] == "RETRY_SCHEDULED"]
+    assert parked == [1, 2, 3, 4], "as many as fit in 100 KB, the oldest"
+    dead = [s for s in range(1, 21) if outcome[f"big-{s}"] == "DEAD_LETTERED"]
+    assert dead == list(range(5, 21)), "the newest are dead letters"
+    letters = [r for r in out if r.role == "deadletter"]
+    assert len(letters) == 16
+    assert {r.label for r in letters} == {"PARKED_BYTES_LIMIT"}
 
 
 class OtherLayout(StatefulProcessor):

@@ -55,6 +55,9 @@ def build_session(
         # The image has the connector on Spark's classpath; a direct run takes the jars
         # `make install` copied.
         builder = builder.config("spark.jars", ",".join([connector_jars(), *extra_jars]))
+        # Read when Spark's JVM starts (so only here, before getOrCreate); a local run keeps
+        # the keyed state in the driver, and Spark's 1 GB default left too little room.
+        builder = builder.config("spark.driver.memory", settings.driver_memory)
     spark = (
         builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         # A batch's commit writes a changelog of its updates instead of a RocksDB snapshot
@@ -169,6 +172,7 @@ def policy_of(settings: EnricherSettings) -> Policy:
         dedup_window_ms=int(settings.dedup_window_seconds * 1000),
         max_latest_values=settings.max_latest_values,
         dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
+        max_parked_bytes=settings.max_parked_bytes,
     )
 
 

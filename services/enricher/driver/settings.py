@@ -39,6 +39,10 @@ def _progress_group(raw: str) -> str:
     return "" if raw.lower() == "off" else raw
 
 
+#: A JVM heap size as Spark reads it (``2g``, ``1536m``).
+_JVM_MEMORY = re.compile(r"[1-9][0-9]*[kKmMgGtT]?")
+
+
 @dataclass(frozen=True)
 class EnricherSettings:
     """Everything the enricher can be configured with (see docs/enricher.md)."""
@@ -58,6 +62,12 @@ class EnricherSettings:
     dedup_horizon_seconds: float = 7 * 86400.0 + 3600.0
     #: The most quantities kept per device in the snapshot (state.devices.v1 latest_values).
     max_latest_values: int = 100
+    #: The most bytes one device keeps parked waiting for master data (the JVM operator's
+    #: ``max_parked_bytes``); a message past it is a dead letter (PARKED_BYTES_LIMIT).
+    max_parked_bytes: int = 32 << 20
+    #: The heap of the driver, which runs the keyed state when Spark runs locally; a cluster
+    #: sets it with spark-submit (the chart's ``enricher.driver.memory``).
+    driver_memory: str = "2g"
     spark_master: str = ""
     shuffle_partitions: int = 4
     metrics_port: int = 0
@@ -91,6 +101,8 @@ class EnricherSettings:
             dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
             dedup_horizon_seconds=dur("DEDUP_HORIZON", cls.dedup_horizon_seconds),
             max_latest_values=env_int(env, p + "MAX_LATEST_VALUES", cls.max_latest_values, 1),
+            max_parked_bytes=env_int(env, p + "MAX_PARKED_BYTES", cls.max_parked_bytes, 1),
+            driver_memory=env_str(env, p + "DRIVER_MEMORY", cls.driver_memory),
             spark_master=env_str(env, p + "SPARK_MASTER", ""),
             shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
             metrics_port=env_int(env, p + "METRICS_PORT", 0),
@@ -111,3 +123,8 @@ class EnricherSettings:
             )
         if self.dedup_window_seconds < 1:
             raise SettingError("HEADWATER_ENRICHER_DEDUP_WINDOW must be at least 1s")
+        if not _JVM_MEMORY.fullmatch(self.driver_memory):
+            raise SettingError(
+                f"HEADWATER_ENRICHER_DRIVER_MEMORY={self.driver_memory!r}: use a JVM size such "
+                "as 2g or 1536m"
+            )

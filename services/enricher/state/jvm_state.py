@@ -40,6 +40,7 @@ def policy_lines(policy: Policy) -> str:
         "dedup_window_ms": policy.dedup_window_ms,
         "dedup_horizon_ms": policy.dedup_horizon_ms,
         "max_latest_values": policy.max_latest_values,
+        "max_parked_bytes": policy.max_parked_bytes,
     }
     return "".join(f"{k}={v}\n" for k, v in values.items())
 

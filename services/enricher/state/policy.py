@@ -26,3 +26,6 @@ class Policy:
     max_latest_values: int = 100
     #: How long message ids are remembered at all (older ids by device-time hour).
     dedup_horizon_ms: int = 7 * 24 * HOUR_MS + HOUR_MS
+    #: The most bytes one device keeps parked waiting for master data.
+    max_parked_bytes: int = 32 << 20
+

@@ -173,6 +173,11 @@ final class Codec {
       return at;
     }
 
+    /** Whether bytes remain: a field added later is absent from a value written before. */
+    boolean more() {
+      return p < b.length;
+    }
+
     /** The value's bytes, as given (not copied). */
     byte[] array() {
       return b;

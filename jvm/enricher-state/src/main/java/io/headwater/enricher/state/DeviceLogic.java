@@ -15,6 +15,7 @@ import org.apache.spark.sql.Row;
 final class DeviceLogic {
   static final String MISSING_MASTER = "MASTER_DATA_MISSING";
   static final String PARKED_LIMIT = "PARKED_LIMIT";
+  static final String PARKED_BYTES_LIMIT = "PARKED_BYTES_LIMIT";
   /** Why a message failed inside the keyed state (a bug or an unforeseen value). */
   static final String STATE_FAILED = "STATE_FAILED";
 
@@ -107,14 +108,9 @@ final class DeviceLogic {
       out.add(records.completion(m, Outcome.OUTCOME_DUPLICATE, now, 1, ""));
     } else if (m.hasError()) {
       dead(m, 1, null);
-    } else if (dev.parked >= policy.maxParked) {
-      dead(m, 1, new Why("enrich", PARKED_LIMIT, "ParkedLimitError",
-          "device '" + m.deviceKey + "' already has " + dev.parked
-              + " messages parked waiting for master data (the limit); redrive this one "
-              + "once its master data is in"));
     } else if (dev.master == null || dev.parked > 0) {
       // Behind parked messages of the same device: keep its order.
-      park(m, 1);
+      park(m);
     } else {
       enrich(m, 1);
     }
@@ -141,15 +137,42 @@ final class DeviceLogic {
     out.add(records.completion(m, Outcome.OUTCOME_DEAD_LETTERED, now, attempts, reason));
   }
 
-  private void park(Message m, int attempt) {
-    long notBefore = policy.notBefore(now, attempt);
-    out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
-    store.appendParked(new Parked(notBefore, attempt, MISSING_MASTER, m).encode());
+  /**
+   * Parks a new message, or dead-letters it if the device's parked messages are at their
+   * count or byte limit: the newest message is refused, what is parked never grows past them.
+   */
+  private void park(Message m) {
+    long notBefore = policy.notBefore(now, 1);
+    byte[] entry = new Parked(notBefore, 1, MISSING_MASTER, m).encode();
+    Why refused = overLimit(dev.parked, dev.parkedBytes, entry.length, m.deviceKey);
+    if (refused != null) {
+      dead(m, 1, refused);
+      return;
+    }
+    out.add(records.parked(m, 1, notBefore, MISSING_MASTER));
+    store.appendParked(entry);
     store.registerTimer(notBefore);
     dev.parked += 1;
+    dev.parkedBytes += entry.length;
     dev.changed = true;
-    out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
-        MISSING_MASTER));
+    out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, 1, MISSING_MASTER));
+  }
+
+  /** Why an entry of {@code bytes} may not join {@code count} parked of {@code held} bytes. */
+  private Why overLimit(int count, long held, long bytes, String device) {
+    String redrive = "; redrive this one once its master data is in";
+    if (count >= policy.maxParked) {
+      return new Why("enrich", PARKED_LIMIT, "ParkedLimitError",
+          "device " + Text.repr(device) + " already has " + count
+              + " messages parked waiting for master data (the limit)" + redrive);
+    }
+    if (held + bytes > policy.maxParkedBytes) {
+      return new Why("enrich", PARKED_BYTES_LIMIT, "ParkedBytesLimitError",
+          "device " + Text.repr(device) + " already has " + held + " bytes parked waiting for "
+              + "master data; this message's " + bytes + " would pass the limit of "
+              + policy.maxParkedBytes + redrive);
+    }
+    return null;
   }
 
   private void enrich(Message m, int attempt) {
@@ -200,14 +223,29 @@ final class DeviceLogic {
    * ones). Without, the due ones are parked again or, at the last attempt, dead-lettered. Each
    * message is guarded on its own, and the list is written back with one state call (not one
    * append per kept message).
+   *
+   * <p>The entries are read one at a time and only those within the count and byte limits are
+   * held: a list over them (written by an older operator, or before a limit was lowered) is
+   * drained, its entries past the limits dead-lettered, instead of being read whole into the
+   * heap on every retry.
    */
   private void retry(boolean dueOnly) {
     List<Parked> parked = new ArrayList<>();
-    for (byte[] v : store.parked()) {
-      parked.add(Parked.decode(v));
+    long held = 0;
+    for (Iterator<byte[]> it = store.parked(); it.hasNext(); ) {
+      byte[] v = it.next();
+      Parked p = Parked.decode(v);
+      Why over = overLimit(parked.size(), held, v.length, p.message().deviceKey);
+      if (over != null) {
+        dead(p.message(), p.attempt(), over);
+      } else {
+        parked.add(p);
+        held += v.length;
+      }
     }
     parked.sort(Comparator.comparing(Parked::message, ORDER));
     List<byte[]> kept = new ArrayList<>();
+    long keptBytes = 0;
     int parkedBefore = dev.parked;
     dev.parked = 0;
     dev.changed = true;
@@ -215,10 +253,11 @@ final class DeviceLogic {
       Message m = p.message();
       int attempt = p.attempt() + 1;
       try {
+        byte[] again = null;
         if (dev.master != null) {
           enrich(m, attempt);
         } else if (dueOnly && p.notBeforeMs() > now) {
-          kept.add(p.encode());
+          again = p.encode();
         } else if (attempt >= policy.maxAttempts) {
           dead(m, attempt, new Why("enrich", MISSING_MASTER, "MasterDataMissingError",
               "no master data for " + Text.repr(m.deviceKey) + " after " + attempt
@@ -226,10 +265,14 @@ final class DeviceLogic {
         } else {
           long notBefore = policy.notBefore(now, attempt);
           out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
-          kept.add(new Parked(notBefore, attempt, MISSING_MASTER, m).encode());
+          again = new Parked(notBefore, attempt, MISSING_MASTER, m).encode();
           store.registerTimer(notBefore);
           out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
               MISSING_MASTER));
+        }
+        if (again != null) {
+          kept.add(again);
+          keptBytes += again.length;
         }
       } catch (RuntimeException e) { // the retry path is guarded per message too
         dead(m, attempt, failure("state", STATE_FAILED, e));
@@ -239,6 +282,7 @@ final class DeviceLogic {
       store.parked(kept);
     }
     dev.parked = kept.size();
+    dev.parkedBytes = keptBytes;
   }
 
   private List<Row> finish() {

@@ -1,5 +1,6 @@
 package io.headwater.enricher.state;
 
+import java.util.Iterator;
 import java.util.List;
 
 /**
@@ -12,8 +13,8 @@ interface DeviceStore extends Dedup.Older {
 
   void device(byte[] value);
 
-  /** The parked entries, in the order they were written. */
-  List<byte[]> parked();
+  /** The parked entries, in the order they were written, one at a time (never as a list). */
+  Iterator<byte[]> parked();
 
   /** Replaces the parked entries with {@code entries} (one state call; empty clears). */
   void parked(List<byte[]> entries);

@@ -13,6 +13,12 @@ final class DeviceValue {
   long[] spilledHours = new long[0];
   /** How many messages of the device are parked (0: the parked list is never read). */
   int parked;
+  /**
+   * The encoded bytes of the parked entries. Added after the first release: a value written
+   * before has none and reads 0 until the next retry, which counts the list (and drains what
+   * is over the limits).
+   */
+  long parkedBytes;
   /** Whether something other than the snapshot changed. */
   boolean changed;
 
@@ -30,6 +36,7 @@ final class DeviceValue {
       o.i64(h);
     }
     o.i32(parked);
+    o.i64(parkedBytes);
     return o.done();
   }
 
@@ -49,6 +56,7 @@ final class DeviceValue {
       d.spilledHours[k] = i.i64();
     }
     d.parked = i.i32();
+    d.parkedBytes = i.more() ? i.i64() : 0;
     return d;
   }
 }

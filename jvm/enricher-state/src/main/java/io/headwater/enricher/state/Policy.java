@@ -16,6 +16,9 @@ import java.util.Properties;
 final class Policy implements Serializable {
   private static final long serialVersionUID = 1L;
 
+  /** 32 MiB: with the retry's copies, well under 256 MB of heap per device (docs/enricher.md). */
+  static final long DEFAULT_MAX_PARKED_BYTES = 32L << 20;
+
   final String completions;
   final String deadletter;
   final String retry;
@@ -43,6 +46,12 @@ final class Policy implements Serializable {
    * message over it is a dead letter (PARKED_LIMIT) and can be redriven once master data is in.
    */
   final int maxParked;
+  /**
+   * The most encoded bytes one device keeps parked: a retry holds them (decoded and re-encoded)
+   * in the worker's heap, so the count alone does not bound memory (10,000 x 240 KB messages
+   * is 2.4 GB). A message that would pass it is a dead letter (PARKED_BYTES_LIMIT).
+   */
+  final long maxParkedBytes;
 
   private Policy(Properties p) {
     completions = need(p, "topic.completions");
@@ -66,6 +75,8 @@ final class Policy implements Serializable {
     maxDefinitionBytes = Long.parseLong(p.getProperty("max_definition_bytes", "1048576"));
     maxEventBytes = Long.parseLong(p.getProperty("max_event_bytes", "1000000"));
     maxParked = Integer.parseInt(p.getProperty("max_parked", "10000"));
+    maxParkedBytes =
+        Long.parseLong(p.getProperty("max_parked_bytes", String.valueOf(DEFAULT_MAX_PARKED_BYTES)));
   }
 
   /** Returns the policy of {@code key=value} lines (java.util.Properties syntax). */

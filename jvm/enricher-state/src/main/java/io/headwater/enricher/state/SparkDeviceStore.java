@@ -1,11 +1,12 @@
 package io.headwater.enricher.state;
 
-import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import org.apache.spark.sql.streaming.ListState;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.ValueState;
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * {@link DeviceStore} over the processor's state variables (for the current grouping key).
@@ -41,10 +42,8 @@ final class SparkDeviceStore implements DeviceStore {
   }
 
   @Override
-  public List<byte[]> parked() {
-    List<byte[]> out = new ArrayList<>();
-    parked.get().foreach(v -> out.add(v));
-    return out;
+  public Iterator<byte[]> parked() {
+    return CollectionConverters.asJava(parked.get());
   }
 
   @Override

@@ -2,6 +2,7 @@ package io.headwater.enricher.state;
 
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
@@ -27,8 +28,8 @@ final class MemoryDeviceStore implements DeviceStore {
   }
 
   @Override
-  public List<byte[]> parked() {
-    return new ArrayList<>(parked);
+  public Iterator<byte[]> parked() {
+    return new ArrayList<>(parked).iterator();
   }
 
   @Override
