@@ -28,4 +28,3 @@ class Policy:
     dedup_horizon_ms: int = 7 * 24 * HOUR_MS + HOUR_MS
     #: The most bytes one device keeps parked waiting for master data.
     max_parked_bytes: int = 32 << 20
-
