@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from headwater.kafka.read import read_topic
-from headwater.ops.dlq import REASONS
+from headwater.ops.reasons import REASONS
 from headwater.ops.render import escape
 from headwater.proto.events.v1 import dead_letter_pb2
 from tests.ops.test_ops_commands import _ingest_original, dead_letter, produce, run

@@ -19,11 +19,12 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from headwater.errors import HeadwaterError
 from headwater_dev.devstack import status_file
 from headwater_dev.devstack.cluster import out_of_sync
 
 
-class ChaosError(RuntimeError):
+class ChaosError(HeadwaterError, RuntimeError):
     """The fault cannot be provoked here; the message says why and what to do."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from headwater.errors import HeadwaterError
 from headwater_dev.devstack.broker import (
     START_TIMEOUT_S,
     BrokerStartError,
@@ -47,7 +48,7 @@ _BECAME_LEADER = re.compile(
 )
 
 
-class ClusterError(RuntimeError):
+class ClusterError(HeadwaterError, RuntimeError):
     """The cluster did not reach the state asked for in time; the message says which."""
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from headwater.ops.dlq import DeadLetters
     from headwater.ops.progress import Progress
 
+from headwater.errors import HeadwaterError
 from headwater.kafka.options import add_kafka_options, kafka_from_args
 from headwater.topics import DEADLETTER_TOPIC
 
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _register_dlq(subparsers: argparse._SubParsersAction) -> None:
-    from headwater.ops.dlq import REASONS
+    from headwater.ops.reasons import REASONS
 
     dlq = subparsers.add_parser(
         "dlq", help="inspect and redrive dead letters", description="Dead letters (deadletter.v1)."
@@ -106,7 +107,7 @@ def _count(text: str) -> int:
     return value
 
 
-class _BadInput(ValueError):
+class _BadInput(HeadwaterError, ValueError):
     """An option an operator gave that cannot be used; the message says why."""
 
 

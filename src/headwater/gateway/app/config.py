@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from headwater.gateway.app.fields import ConfigError, Fields
 from headwater.gateway.config import MAX_FRAME_MESSAGES, GatewayConfig, TlsConfig
 from headwater.gateway.connectors.base import FULL_POLICIES, FullPolicy
@@ -70,6 +68,8 @@ class GatewayFile:
 
 def load(path: str | Path) -> GatewayFile:
     """Read and check ``path``; raise ConfigError with every problem found."""
+    import yaml  # only when a file is read: `headwater --help` loads no YAML parser
+
     source = str(path)
     try:
         data = yaml.safe_load(Path(path).read_text())

@@ -17,13 +17,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from headwater.errors import HeadwaterError
+
 T = TypeVar("T")
 
 #: Device ids as the ingest API takes them (proto/headwater/device/v1/device_message.proto).
 DEVICE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-class ConfigError(ValueError):
+class ConfigError(HeadwaterError, ValueError):
     """The config file is wrong; ``problems`` has one line per bad field."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
