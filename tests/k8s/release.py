@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from headwater.devstack.supervisor import _publish_demo_master
-from headwater.ingest.auth import hash_token
+from headwater.ingest.admission.auth import hash_token
+from headwater_dev.devstack.supervisor import _publish_demo_master
 from scripts.cluster.cluster import Cluster, wait_for
 from scripts.cluster.pins import BIN
 from tests.k8s.live import broker_for_cluster, pods, publish, running, wait_completed

@@ -18,8 +18,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from headwater.devstack import vendors
 from headwater.gateway import Spool
+from headwater_dev.devstack import vendors
 from tests.support.mosquitto import Mosquitto, free_port
 
 from .support import (

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import aiomqtt
 
-from headwater.devstack import vendors
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from headwater_dev.devstack import vendors
 from tests.commands.support import send, wait_for_states
 
 from .support import gateway_in_process, ingested, wait_until, write_config
