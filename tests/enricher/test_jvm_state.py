@@ -90,7 +90,7 @@ def test_a_device_past_its_parked_bytes_is_dead_lettered_and_others_go_on(spark)
         c.message(Msg(f"big-{s}", "big", ACME, big, sequence=s, device_time_ms=T0 + s))
         c.message(Msg(f"other-{s}", "other", ACME, acme(21.0, 41.0), s, T0 + s))
     out = jvm_state.process_devices(
-        spark.createDataFrame(c.rows, RAW), Policy.of(settings)
+        spark.createDataFrame(c.rows, RAW), job.policy_of(settings)
     ).collect()
     ids = {f"{r[2]}/{r[3]}/{r[4]}": r[7][0][1].decode() for r in c.rows[1:]}  # ref -> id
     done = [r for r in out if r.role == "completion"]
