@@ -137,7 +137,10 @@ async def test_a_server_restart_is_marked_as_a_gap_then_data_flows_again(
     assert set(gap["Payload"]) == {"Temperature", "Strokes"}
     assert all(v["Status"] == BAD_NO_COMMUNICATION for v in gap["Payload"].values())
     start, end = (datetime.fromisoformat(gap[k]) for k in ("GapStart", "GapEnd"))
-    assert lost - timedelta(seconds=5) <= start <= lost + timedelta(seconds=5) < end
+    # The gap starts when the server went away and ends when data came back: the order is
+    # the guarantee; the window around the loss is generous (a loaded machine notices late).
+    assert lost - timedelta(seconds=30) <= start <= lost + timedelta(seconds=30)
+    assert start < end
 
 
 async def test_writes_and_method_calls_come_through_the_command_lifecycle(
