@@ -29,20 +29,6 @@ class TlsConfig:
     client_private_key: bytes | None = field(default=None, repr=False)
     #: The name the server certificate is issued for, when it differs from the target host.
     server_name: str | None = None
-    command_stop_grace_s: float = setting(
-        10.0,
-        minimum=0.0,
-        unit="s",
-        help="on a clean stop, how long a running command handler may take to finish; one "
-        "still running then is cancelled and ends `FAILED` `INTERRUPTED` (docs/commands.md)",
-    )
-    command_retention_s: float = setting(
-        86400.0,
-        minimum=0.0,
-        unit="s",
-        help="how long finished commands stay in the spool (a redelivery of their id within "
-        "it is recognised and not run); their bytes count in the spool's limit",
-    )
 
     def __post_init__(self) -> None:
         if (self.client_certificate_chain is None) != (self.client_private_key is None):
