@@ -1,10 +1,11 @@
 """Two gateways bound to one device: each command runs on one of them, once, in order.
 
 Both are separate processes whose handlers log each run (the device's own count, not
-status records). The owner is killed (SIGKILL) halfway through; the other takes over
-after the grace period, with the commands never sent to the killed one; the killed one,
-restarted, runs what its spool held (and acknowledges what it was sent: those are never
-given to the other), and the one it was running at the kill is reported INTERRUPTED.
+status records). The owner is killed (SIGKILL) halfway through the first half of the
+commands; the second half, sent after the kill, goes to the other once the grace period has
+passed (never to the killed one); the killed one, restarted, runs what its spool held (and
+acknowledges what it was sent: those are never given to the other), and the one it was
+running at the kill is reported INTERRUPTED.
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ async def test_two_gateways_one_device_each_command_runs_once_and_fails_over(
         while ingest.commands.delivery.open_streams < 2:
             assert time.monotonic() < deadline, "both gateways' command streams"
             await asyncio.sleep(0.05)
-        sending = asyncio.create_task(asyncio.to_thread(send_all, command_topics, ids, 0.002))
-        # Halfway through, kill the device's owner.
-        while sum(len(runs(log)) for log in logs.values()) < COMMANDS // 2:
-            # Commands may all be written before half have run (a slow machine runs them
-            # slower than they are sent); the kill still comes in the middle of the runs.
+        # The first half is sent, and the owner is killed in the middle of running it; the
+        # second half is sent only after the kill, so it always has to fail over (were all
+        # sent before, a slow machine could have them all in the owner's spool already).
+        first, second = ids[: COMMANDS // 2], ids[COMMANDS // 2 :]
+        sending = asyncio.create_task(asyncio.to_thread(send_all, command_topics, first, 0.002))
+        while sum(len(runs(log)) for log in logs.values()) < len(first) // 2:
             assert time.monotonic() < deadline + 120
             await asyncio.sleep(0.01)
         owner = ingest.commands.owners.owner(DEVICE)
@@ -90,6 +92,7 @@ async def test_two_gateways_one_device_each_command_runs_once_and_fails_over(
         procs[owner].wait(10)
         killed_at = time.time()
         await sending
+        await asyncio.to_thread(send_all, command_topics, second, 0.002)
         # The other gateway runs the rest, except what was sent to the killed one (it may
         # be in its spool); then the killed one comes back and runs (or reports
         # INTERRUPTED) what its spool held, and acknowledges what it was sent.

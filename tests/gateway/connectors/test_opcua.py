@@ -44,9 +44,17 @@ def opcua_connector(server: PressServer, device_id: str, **kw: Any) -> dict[str,
 
 
 def changes(bootstrap: str, device_id: str) -> list[dict[str, Any]]:
-    """The data-set messages of the device, in order (one per device message)."""
+    """The data-set messages of the device, in order (one per device message).
+
+    A message sent twice (at least once: a resend after a lost acknowledgement) has one
+    message id; it is kept once, as the enricher keeps it.
+    """
     out = []
+    seen = set()
     for m in ingested(bootstrap, device_id):
+        if m.message_id in seen:
+            continue
+        seen.add(m.message_id)
         assert m.content_type == CONTENT_TYPE
         doc = json.loads(m.payload)
         assert doc["MessageType"] == "ua-data" and doc["PublisherId"] == "press-1"
@@ -131,9 +139,21 @@ async def test_a_server_restart_is_marked_as_a_gap_then_data_flows_again(
         finally:
             await server.stop()
     msgs = changes(kafka_bootstrap, device)
-    assert values(msgs, "Temperature") == [20.0, 30.0, 31.0]
-    (gap,) = [m for m in msgs if m.get("Status") == BAD_NO_COMMUNICATION]
-    assert msgs.index(gap) == 2  # after the first values, before the restarted server's
+    gaps = [i for i, m in enumerate(msgs) if m.get("Status") == BAD_NO_COMMUNICATION]
+    # Every new subscription starts with the current values, so a value may come again
+    # only right after a gap (a session that was lost once more while the server came
+    # back); apart from that, the readings in the order they were made.
+    readings = []
+    for i, m in enumerate(msgs):
+        if "Value" in m["Payload"].get("Temperature", {}):
+            value = m["Payload"]["Temperature"]["Value"]["Body"]
+            if readings and readings[-1] == value:
+                assert i - 1 in gaps, (i, msgs)
+                continue
+            readings.append(value)
+    assert readings == [20.0, 30.0, 31.0]
+    gap = msgs[gaps[0]]
+    assert gaps[0] == 2  # after the first values, before the restarted server's
     assert set(gap["Payload"]) == {"Temperature", "Strokes"}
     assert all(v["Status"] == BAD_NO_COMMUNICATION for v in gap["Payload"].values())
     start, end = (datetime.fromisoformat(gap[k]) for k in ("GapStart", "GapEnd"))
