@@ -331,9 +331,9 @@ def test_a_batch_form_that_gives_fewer_results_leaves_the_rest_an_error(
 
 def test_unit_conversions_count_against_their_message_and_hold_no_other_back() -> None:
     from headwater.enricher.hop import units
+    from headwater_dev.bench.enricher.units import distinct_units_birth as birth_of_new_units
     from tests.support.kafkatools import ACME, acme
     from tests.support.payloads import DBIRTH, sparkplug_metric, sparkplug_payload
-    from tests.support.payloads import distinct_units_birth as birth_of_new_units
 
     # Issue 35: a DBIRTH of 4,500 metrics, each with a different valid compound engUnit
     # (kPa*mg*ns*cd*Hz...), cost 2 to 4 s of CPU in pint after the budget, for every device

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from headwater.enricher.hop.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from headwater_dev.bench.enricher.units import distinct_units_birth
 from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
@@ -34,7 +35,6 @@ from tests.support.kafkatools import (
     outcome,
     read_all,
 )
-from tests.support.payloads import distinct_units_birth
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -84,26 +84,6 @@ BIRTH = sparkplug_payload(
 )
 
 
-#: SI prefixes that pint knows, for unit spellings that are all different and all valid.
-_PREFIXES = ("", "k", "m", "n", "M", "G", "u", "c", "d", "h", "p", "f", "T", "a")
-
-
-def distinct_units_birth(count: int = 4_500, salt: int = 0) -> bytes:
-    """A DBIRTH of ``count`` metrics, each with a different valid compound ``engUnit``.
-
-    Issue 35's input: spellings such as ``kPa*mg*ns*cd*Hz`` each cost the units library a
-    parse (0.3 to 1 ms); 4,500 of them are ~247 KB, under the ingest contract's 256 KiB.
-    ``salt`` picks another set of spellings (a units cache may know the first).
-    """
-    n = len(_PREFIXES)
-    metrics = []
-    for i in range(salt * count, (salt + 1) * count):
-        a, b, c, d = (_PREFIXES[i // n**k % n] for k in range(4))
-        unit = f"{a}Pa*{b}g*{c}s*{d}cd*Hz"
-        metrics.append(sparkplug_metric(f"m{i}", alias=i, datatype=10, unit=unit, double_value=1.0))
-    return sparkplug_payload(*metrics)
-
-
 # --- OPC UA PubSub JSON ----------------------------------------------------------------------
 
 
