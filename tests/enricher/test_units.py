@@ -126,6 +126,8 @@ def test_logarithmic_units_are_refused_not_converted_linearly(
 ) -> None:
     ureg = units._ureg()
     assert ureg.Quantity(value, unit).to(target).magnitude == pytest.approx(right, rel=1e-3)
+    zero, one = (ureg.Quantity(x, unit).to(target).magnitude for x in (0.0, 1.0))
+    assert zero + value * (one - zero) == pytest.approx(linear_gave, rel=1e-2)  # the old way
     with pytest.raises(units.UnitError, match=rf"unit '{unit}' is logarithmic: not converted"):
         units.convert(value, unit)
 
