@@ -327,3 +327,30 @@ def test_a_batch_form_that_gives_fewer_results_leaves_the_rest_an_error(
     assert got[:2] == [1, 2]
     assert [type(e) for e in got[2:]] == [RuntimeError, RuntimeError]
     assert _timer_is_off()
+
+
+def test_unit_conversions_count_against_their_message_and_hold_no_other_back() -> None:
+    from headwater.enricher.hop import units
+    from headwater_dev.bench.enricher.units import distinct_units_birth as birth_of_new_units
+    from tests.support.kafkatools import ACME, acme
+    from tests.support.payloads import DBIRTH, sparkplug_metric, sparkplug_payload
+
+    # Issue 35: a DBIRTH of 4,500 metrics, each with a different valid compound engUnit
+    # (kPa*mg*ns*cd*Hz...), cost 2 to 4 s of CPU in pint after the budget, for every device
+    # behind it. Its conversions now run inside its own 100 ms.
+    units.warm()
+    usual = sparkplug_payload(
+        *(
+            sparkplug_metric(f"m{i}", i, 10, unit=("kPa", "°C", "mA")[i % 3], double_value=1.0)
+            for i in range(500)
+        )
+    )
+    rows = [(DBIRTH, birth_of_new_units(4_500, salt=2)), (ACME, acme(1, 2)), (DBIRTH, usual)]
+    started = time.process_time()
+    hostile, other, birth = normalize_batch(rows, budgets.Budget())
+    took = time.process_time() - started
+    assert hostile["error_reason"] == budgets.CPU_REASON
+    assert "(unit conversions included) took more than 100 ms" in hostile["error_message"]
+    assert not other.get("error_reason") and other["measurements"]
+    assert not birth.get("error_reason") and len(birth["units"]) == 3
+    assert took < 1.0, took  # interrupted, not run to its end (2 to 4 s)

@@ -1,10 +1,11 @@
-"""End to end (real broker, local Spark): one message cannot hold back the others (issue 22).
+"""End to end (real broker, local Spark): one message cannot hold back the others (issues 22, 35).
 
 A Globex message whose unit is ``m**9**9**9`` (an exponent tower the units library would
-evaluate forever) and a Sparkplug B birth of exactly the ingest contract's payload limit
-(256 KiB, ~12,000 metrics: over the metric cap) go through a running enricher. Each must
-become a dead letter with its own reason, and the messages other devices sent right after
-them must be completed in the same micro-batch or the next.
+evaluate forever), a Sparkplug B birth of exactly the ingest contract's payload limit
+(256 KiB, ~12,000 metrics: over the metric cap) and a birth of 4,500 metrics each with a
+different valid unit (seconds of the units library's CPU, issue 35) go through a running
+enricher. Each must become a dead letter with its own reason, and the messages other devices
+sent right after them must be completed in the same micro-batch or the next.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from headwater.enricher.hop.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from headwater_dev.bench.enricher.units import distinct_units_birth
 from tests.support.enricher import alive, settings_for
 from tests.support.kafkatools import (
     ACME,
@@ -100,11 +102,11 @@ def _batches_reading(q: Any, topic: str, first: dict[str, int], last: dict[str, 
 
 
 @pytest.mark.timeout(400)
-def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
+def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_hold_no_one_back(
     kafka_bootstrap: str, running, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
-    devices = ["dev-tower", "dev-spb", *(f"dev-{i}" for i in range(OTHERS))]
+    devices = ["dev-tower", "dev-spb", "dev-units", *(f"dev-{i}" for i in range(OTHERS))]
     for d in devices:
         master(kafka_bootstrap, topics, d)
     # The enricher runs, warm (its Python workers have normalized a message), before the
@@ -120,16 +122,22 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     poison = [
         Msg("p-tower", "dev-tower", GLOBEX, tower, 1),
         Msg("p-sparkplug", "dev-spb", SPARKPLUG_BIRTH, spb_payload, 1),
+        Msg("p-units", "dev-units", SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1), 1),
     ]
     after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
+    sent = time.monotonic()
     ingest(kafka_bootstrap, topics, poison + after)
     last = _high_watermarks(kafka_bootstrap, topics.ingest[0])
 
     wanted = {m.message_id for m in poison + after}
     reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
+    print(
+        f"poison and {OTHERS} others: all completed {time.monotonic() - sent:.1f} s after sending"
+    )
     by_id = {c.message_id: c for c in completions(reader.records)}
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
     assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
+    assert outcome(by_id["p-units"]) == "OUTCOME_DEAD_LETTERED"
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
     # Within a micro-batch or two of the poison: the batches that read any of them.
     used = _batches_reading(q, topics.ingest[0], first, last)
@@ -149,4 +157,6 @@ def test_a_unit_tower_and_a_sparkplug_payload_at_the_limit_hold_no_one_back(
     assert (
         f"over the cap of {Budget().sparkplug_max_metrics}" in letters["p-sparkplug"].error_message
     )
+    assert letters["p-units"].reason == "NORMALIZE_BUDGET"
+    assert "(unit conversions included)" in letters["p-units"].error_message
     reader.close()

@@ -12,7 +12,6 @@ import json
 
 import pytest
 
-from headwater.enricher.hop.arrow_hop import with_units
 from headwater.enricher.hop.normalize import normalize_message
 from tests.support.kafkatools import ACME, ALARM, GLOBEX, INITECH
 from tests.support.payloads import BIRTH, DBIRTH, DDATA, OPCUA, SPB
@@ -121,7 +120,7 @@ def test_existing_formats_still_normalize() -> None:
 def _hop(content_type: str, payload: bytes) -> dict[str, object]:
     row = normalize_message(content_type, payload)
     assert not row.get("error_reason"), row
-    return with_units(row)
+    return row
 
 
 def _readings(row: dict[str, object]) -> list[tuple[object, ...]]:
@@ -220,7 +219,7 @@ def test_sparkplug_bad_payloads(content_type: str, payload: bytes, reason, says)
     out = normalize_message(content_type, payload)
     if reason is None:  # the JVM operator dead-letters the reading as it resolves it
         assert "error_reason" not in out
-        (unit,) = with_units(out)["units"]
+        (unit,) = out["units"]
         assert unit["spelling"] == "wibbles"
         assert unit["error"] == "unknown unit 'wibbles'"
         return

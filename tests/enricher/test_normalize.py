@@ -180,7 +180,6 @@ def test_keys_come_from_the_jvm_and_rows_decode_and_normalize(spark) -> None:
 def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     import random
 
-    from headwater.enricher.hop.arrow_hop import with_units
     from headwater_dev.devstack import vendors
     from headwater_dev.devstack.fleet import build_fleet
 
@@ -190,9 +189,7 @@ def test_the_fleet_has_devices_of_every_format_and_they_normalize() -> None:
     r = vendors.random_reading(random.Random(2))
     # Sparkplug B: the birth names the aliases and states its readings with their units'
     # conversions; the data sends the same aliases (the JVM operator resolves them).
-    birth = with_units(
-        normalize_message(vendors.SPARKPLUG_BIRTH, vendors.sparkplug_payload(r, birth=True))
-    )
+    birth = normalize_message(vendors.SPARKPLUG_BIRTH, vendors.sparkplug_payload(r, birth=True))
     convert = {u["spelling"]: u for u in birth["units"]}
     got = {
         p["name"]: round(p["value"] * convert[p["unit"]]["scale"] + convert[p["unit"]]["offset"], 9)

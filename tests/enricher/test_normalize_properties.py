@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.enricher.hop.arrow_hop import with_units
 from headwater.enricher.hop.formats import REGISTRY
 from headwater.enricher.hop.normalize import normalize_message
 from tests.support.strategies import payloads
@@ -53,7 +52,7 @@ def test_any_bytes_end_in_clean_columns_or_a_reason(
     for p in out.get("pending") or []:
         assert math.isfinite(p["value"]) and (p["name"] or p["alias"] is not None)
     # What the JVM operator resolves readings with: each unit's conversion, finite, or why not.
-    for u in with_units(out).get("units") or []:
+    for u in out.get("units") or []:
         assert u["error"] or (math.isfinite(u["scale"]) and math.isfinite(u["offset"])), u
 
 

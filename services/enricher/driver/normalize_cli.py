@@ -3,7 +3,7 @@
 Prints the normalized row that the enricher's Python hop hands to its state operator, as JSON
 (exit 0), or the dead-letter reason (exit 1), so a vendor integration, or a normalizer
 plugin, can be tried on a real payload file. The row is computed by the hop's own functions
-(``normalize.normalize_message``, ``arrow_hop.with_units``): what comes after it (master
+(``normalize.normalize_message``, units converted included): what comes after it (master
 data, Sparkplug B alias resolution against the device's births, dedup, the event's bytes)
 happens in the JVM state operator and is not shown. Only argparse at import time:
 ``headwater --help`` stays fast.
@@ -51,7 +51,6 @@ def _read(path: str) -> bytes:
 
 def normalize_file(content_type: str, payload: bytes) -> tuple[int, dict[str, Any]]:
     """Return ``(exit code, JSON document)`` for one payload: the normalized row, or why not."""
-    from headwater.enricher.hop.arrow_hop import with_units
     from headwater.enricher.hop.normalize import normalize_message
 
     row = normalize_message(content_type, payload)
@@ -63,7 +62,7 @@ def normalize_file(content_type: str, payload: bytes) -> tuple[int, dict[str, An
                 "message": row["error_message"],
             }
         }
-    return 0, {"normalized": with_units(row)}
+    return 0, {"normalized": row}
 
 
 def _run(args: argparse.Namespace) -> int:

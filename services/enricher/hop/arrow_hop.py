@@ -12,9 +12,8 @@ was most of the JVM's CPU for the hop (docs/benchmarks.md, issue 27).
 Each message is decoded for the key it was grouped by (``decode.decode_for_key``); the
 batch's messages are then normalized together, grouped by media type
 (``normalize.normalize_batch``), each to the columns ``normalize.normalize_message`` gives it
-alone. The JVM has no unit library: for every unit a Sparkplug B message names (definitions
-and readings), the hop adds its conversion (``units``, :func:`with_units`), which the JVM
-keeps with the device's definitions.
+alone, the conversion of every unit a Sparkplug B message names included (``units``: the JVM
+has no unit library and keeps them with the device's definitions).
 """
 
 from __future__ import annotations
@@ -27,16 +26,12 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
-from headwater.enricher.hop import units, worker_gc
+from headwater.enricher.hop import worker_gc
 from headwater.enricher.hop.decode import decode_for_key, normalizable
 from headwater.enricher.hop.normalize import normalize_batch
-from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, fields
+from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, UNITS, fields
 from headwater.enricher.source.keys import last_header
 
-#: A unit spelling and how it converts (``units.Conversion``), or why it cannot.
-UNITS = (
-    "units array<struct<spelling:string,canonical:string,scale:double,offset:double,error:string>>"
-)
 #: Decoded columns the hop does not return: the key (the JVM has it) and what the JVM operator
 #: never reads (the payload's meaning is in the normalized columns, its bytes in ``value``).
 _NOT_RETURNED = ("tenant", "device_key", "content_type", "payload", "endpoint")
@@ -59,32 +54,6 @@ def inputs() -> list[Column]:
     return [F.col("src_topic"), F.col("device_key"), F.col("value"), *headers]
 
 
-def conversions(msg: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return the conversion of every unit the message's Sparkplug parts name."""
-    spellings = {d["unit"] for d in msg.get("definitions") or [] if d.get("unit")}
-    spellings |= {p["unit"] for p in msg.get("pending") or [] if p.get("unit")}
-    out = []
-    for spelling in sorted(spellings):
-        try:
-            c = units.conversion(spelling)
-        except Exception as exc:  # UnitError, or any failure of the units library: data
-            text = str(exc) or type(exc).__name__
-            out.append(
-                {"spelling": spelling, "canonical": "", "scale": 0.0, "offset": 0.0, "error": text}
-            )
-            continue
-        out.append(
-            {
-                "spelling": spelling,
-                "canonical": c.canonical,
-                "scale": c.scale,
-                "offset": c.offset,
-                "error": "",
-            }
-        )
-    return out
-
-
 def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]:
     """Return a batch of the hop's ``inputs`` decoded and normalized; never raises.
 
@@ -99,16 +68,7 @@ def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]
     normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
     for msg, columns_of_msg in zip(todo, normalized, strict=True):
         msg |= columns_of_msg
-    for msg in msgs:
-        with_units(msg)
     return msgs
-
-
-def with_units(msg: dict[str, Any]) -> dict[str, Any]:
-    """Return ``msg`` with the conversions of the units its Sparkplug parts name, if any."""
-    if msg.get("definitions") or msg.get("pending"):
-        msg["units"] = conversions(msg)
-    return msg
 
 
 def decoder(

@@ -7,11 +7,14 @@ measurements in canonical units (``units.py``) or an alarm. The media type is ma
 non-empty, values finite, times in range, sizes within the budget. An unknown format or a
 bad payload is a poison pill: ``error_*`` columns, never a raise. Every call runs under the
 budget of ``budget.py`` (CPU time, payload and result sizes): one message can cost the
-worker only so much, whatever it holds.
+worker only so much, whatever it holds. The conversions of the units a Sparkplug B message
+names (its ``units`` column, for the JVM) are that message's work too and count against its
+budget: a birth naming thousands of new unit spellings is a dead letter, not a stall.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from headwater.enricher.hop import budget as budgets
@@ -21,6 +24,7 @@ from headwater.enricher.hop.arrowsafe import STAGE as ENCODE_STAGE
 from headwater.enricher.hop.arrowsafe import encodable, sanitize
 from headwater.enricher.hop.formats import (
     REGISTRY,
+    BatchNormalizer,
     Normalized,
     NormalizeError,
     batch_of,
@@ -99,29 +103,56 @@ def normalize_batch(
             continue
         if not units.ready():
             units.warm()  # the units registry's one-off build (~0.4 s) is not a message's cost
-        results = budgets.each(b, batch_of(fn), [p for _, p in todo], media)
+        results = budgets.each(b, _converting(batch_of(fn)), [p for _, p in todo], media)
         built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
         for (i, payload), result in zip(todo, results, strict=True):
             out[i] = _columns_of(result, payload, media, built_in, b)
     return out
 
 
+def _converting(batch: BatchNormalizer) -> Any:
+    """Return ``batch`` yielding ``(result, its units rows)``: the unit work in the same budget.
+
+    ``budget.each`` charges a message with what runs until its result is yielded, so the
+    conversions are computed here, before the yield, not after the batch. An error the batch
+    yields as its result stays one.
+    """
+
+    def run(payloads: Sequence[bytes], media: media_type.MediaType) -> Iterator[Any]:
+        for result in batch(payloads, media):
+            yield result if isinstance(result, BaseException) else (result, _unit_rows(result))
+
+    return run
+
+
+def _unit_rows(result: Any) -> list[dict[str, Any]] | None:
+    """The ``units`` rows of the spellings a Sparkplug result names (None: it names none)."""
+    if not isinstance(result, Normalized) or not (result.definitions or result.pending):
+        return None
+    spellings = {d.unit for d in result.definitions if d.unit}
+    spellings |= {p.unit for p in result.pending if p.unit}
+    return units.rows(sorted(spellings))
+
+
 def _columns_of(
     result: Any, payload: bytes, media: media_type.MediaType, built_in: bool, b: budgets.Budget
 ) -> dict[str, Any]:
-    """The columns of one normalizer result (or of the error it gave instead)."""
+    """The columns of one normalizer result and its units rows (or of the error instead)."""
     try:
         if isinstance(result, BaseException):
             raise result
+        result, unit_rows = result
         out = columns(result, b)
+        if unit_rows is not None:
+            out["units"] = unit_rows
     except NormalizeError as exc:
         return _err(exc.reason, type(exc).__name__, str(exc))
     except budgets.CpuBudgetExceeded:
         return _err(
             budgets.CPU_REASON,
             "CpuBudgetExceeded",
-            f"normalizing {media.essence} took more than {b.cpu_ms:g} ms of CPU time "
-            "(HEADWATER_ENRICHER_NORMALIZE_CPU_MS)",
+            f"normalizing {media.essence} (unit conversions included) took more than "
+            f"{b.cpu_ms:g} ms of CPU time (HEADWATER_ENRICHER_NORMALIZE_CPU_MS)",
         )
     except budgets.SizeBudgetExceeded as exc:
         return _err(budgets.SIZE_REASON, "SizeBudgetExceeded", str(exc))

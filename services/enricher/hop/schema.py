@@ -27,6 +27,12 @@ NORMALIZED_FIELDS = (
     "datatype:int>>"
 )
 
+#: Sparkplug B: each unit a message names and how it converts (``units.rows``), or why it
+#: cannot; the JVM has no unit library and converts the readings with these.
+UNITS = (
+    "units array<struct<spelling:string,canonical:string,scale:double,offset:double,error:string>>"
+)
+
 #: The source coordinates and original bytes every step keeps (for dead letters and retries).
 SOURCE_FIELDS = (
     f"src_topic string, src_partition int, src_offset long, value binary, headers {HEADERS}"

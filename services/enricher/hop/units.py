@@ -3,13 +3,18 @@
 The canonical units are the ones ``event.proto`` lists (``Measurement.unit``). pint parses a
 spelling once (``°C``, ``degC``, ``hPa``, ``mbar``, ``psi``, ``kW``, ``Wh``, ``l/min``, every
 SI prefix...); the result is cached per spelling as ``(scale, offset, canonical)``, so
-converting a value on the hot path is one dict lookup and ``value * scale + offset``.
+converting a value on the hot path is one dict lookup and ``value * scale + offset``. Units
+that no such formula converts (logarithmic ones: dB, dBm, dBW, neper, decade...) are refused,
+never converted linearly.
 
 Spellings come from payloads, and pint evaluates what it parses (``m**9**9**9`` is an
 exponent tower it does not finish: the normalize budget's timer happens to interrupt that
 one, measured, but a step that runs in C could not be), so a spelling reaches pint only
 when it matches :data:`GRAMMAR`: at most a few unit
 symbols joined by ``*``, ``/``, ``·`` or a space, each with at most one one-digit exponent.
+Memory is bounded too: a spelling longer than the grammar allows is refused before any
+lookup (it is never a cache key), the cache of results keeps the :data:`CACHE_MAX` spellings
+used last, and pint's own caches are trimmed (``unit_registry``).
 A spelling that cannot be converted is cached as its error *text*: an exception object
 raised again and again would grow its traceback and pin the payloads it passed through.
 """
@@ -17,9 +22,12 @@ raised again and again would grow its traceback and pin the payloads it passed t
 from __future__ import annotations
 
 import re
-import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from headwater.enricher.hop import unit_registry
 
 #: Canonical unit (the name written into events) -> pint unit, per quantity. Add a quantity
 #: here and to the list in proto/headwater/events/v1/event.proto together.
@@ -65,7 +73,8 @@ ALIASES: dict[str, str] = {
 _MAX_LEN = 40
 #: Most factors in one spelling ("kg·m/s" has three).
 MAX_FACTORS = 6
-_SYMBOL = r"(?:[A-Za-z_°µμΩ%]+|1)"  # a unit's name or symbol, or the 1 of "1/min"
+# A unit's name or symbol, "%" alone (pint reads "%%" as percent squared), or the 1 of "1/min".
+_SYMBOL = r"(?:[A-Za-z_°µμΩ]+|%|1)"
 # One exponent: "**-2", "^3", "²", or a bare 2/3 after a symbol ("m3"). Never two.
 _POWER = r"(?:(?:\*\*|\^)\s*-?[1-9]|[²³]|[23](?![0-9]))?"
 _JOIN = r"(?:\s*[*/·]\s*|\s+)"
@@ -95,12 +104,12 @@ class Conversion:
         return float(f"{value * self.scale + self.offset:.12g}")
 
 
-#: Spelling -> its conversion, or the text of why it has none (never an exception object).
-_CACHE: dict[str, Conversion | str] = {}
-#: Spellings remembered, good and bad; hostile payloads may send endless new ones.
-_CACHE_MAX = 4096
-_lock = threading.Lock()
-_registry: Any = None
+#: Spelling -> its conversion, or the text of why it has none (never an exception object),
+#: the spelling used last at the end.
+_CACHE: OrderedDict[str, Conversion | str] = OrderedDict()
+#: Spellings remembered, good and bad (each at most ``_MAX_LEN`` characters); hostile payloads
+#: may send endless new ones, and the ones used least recently make room.
+CACHE_MAX = 4096
 _by_dimension: dict[Any, str] = {}
 
 
@@ -108,20 +117,56 @@ def conversion(unit: str) -> Conversion:
     """Return the cached conversion of ``unit`` to its quantity's canonical unit.
 
     Raises:
-        UnitError: pint does not know the unit, its quantity has no canonical unit, or the
-            spelling is outside the grammar pint is trusted with (a new object each time).
+        UnitError: pint does not know the unit, its quantity has no canonical unit, it is
+            logarithmic, or the spelling is outside the grammar pint is trusted with (a new
+            object each time).
     """
-    found = _CACHE.get(unit)
+    key = unit if len(unit) <= _MAX_LEN else unit.strip()
+    if len(key) > _MAX_LEN:  # refused before any lookup: never a key of any cache
+        raise UnitError(f"unknown unit {key[:_MAX_LEN]!r} (longer than {_MAX_LEN} characters)")
+    found = _CACHE.get(key)
     if found is None:
         try:
-            found = _resolve(unit)
+            found = _resolve(key)
         except Exception as exc:  # whatever pint or formatting raised: a text, like the rest
-            found = f"unit {unit[:_MAX_LEN]!r} cannot be converted ({type(exc).__name__})"
-        if len(_CACHE) < _CACHE_MAX:
-            _CACHE[unit] = found
+            found = f"unit {key!r} cannot be converted ({type(exc).__name__})"
+        _CACHE[key] = found
+        if len(_CACHE) > CACHE_MAX:
+            _CACHE.popitem(last=False)
+        unit_registry.trim()  # what pint cached for the spelling: ours now holds the result
+    else:
+        _CACHE.move_to_end(key)
     if isinstance(found, str):
         raise UnitError(found)
     return found
+
+
+def rows(spellings: Iterable[str]) -> list[dict[str, Any]]:
+    """Return the conversion of each spelling as a row of the hop's ``units`` column.
+
+    The JVM has no unit library: it converts Sparkplug B readings with these rows. A spelling
+    without a conversion gets its error text (the row's ``error``), never a raise.
+    """
+    out = []
+    for spelling in spellings:
+        try:
+            c = conversion(spelling)
+        except Exception as exc:  # UnitError, or any failure of the units library: data
+            text = str(exc) or type(exc).__name__
+            out.append(
+                {"spelling": spelling, "canonical": "", "scale": 0.0, "offset": 0.0, "error": text}
+            )
+            continue
+        out.append(
+            {
+                "spelling": spelling,
+                "canonical": c.canonical,
+                "scale": c.scale,
+                "offset": c.offset,
+                "error": "",
+            }
+        )
+    return out
 
 
 def convert(value: float, unit: str) -> tuple[float, str]:
@@ -137,7 +182,7 @@ def convert(value: float, unit: str) -> tuple[float, str]:
 
 def ready() -> bool:
     """Return True once this process has built the units registry."""
-    return _registry is not None
+    return bool(_by_dimension)
 
 
 def warm() -> None:
@@ -147,16 +192,12 @@ def warm() -> None:
 
 def _ureg() -> Any:
     # Built on first use (~0.4 s), once per process: Spark's Python workers each pay it once.
-    global _registry
-    with _lock:
-        if _registry is None:
-            import pint
-
-            ureg: Any = pint.UnitRegistry(autoconvert_offset_to_baseunit=True)
-            for name, spec in CANONICAL.items():
-                _by_dimension[ureg.parse_units(spec).dimensionality] = name
-            _registry = ureg
-    return _registry
+    ureg = unit_registry.registry()
+    if not _by_dimension:
+        _by_dimension.update(
+            {ureg.parse_units(spec).dimensionality: name for name, spec in CANONICAL.items()}
+        )
+    return ureg
 
 
 def _resolve(unit: str) -> Conversion | str:
@@ -164,13 +205,13 @@ def _resolve(unit: str) -> Conversion | str:
     spelling = unit.strip()
     if not spelling:
         return "empty unit"
-    shown = repr(unit[:_MAX_LEN])
-    if len(spelling) > _MAX_LEN:
-        return f"unknown unit {shown} (longer than {_MAX_LEN} characters)"
+    shown = repr(unit)  # at most _MAX_LEN characters: conversion() refused longer ones
     if _STACKED.search(spelling):
         return f"unknown unit {shown} (stacked exponents)"
     if _BIG_EXPONENT.search(spelling):
         return f"unknown unit {shown} (exponent too large)"
+    if spelling.count("%") > 1:
+        return f"unknown unit {shown} (% more than once: pint would read percent squared)"
     if spelling not in ALIASES and not GRAMMAR.fullmatch(spelling):
         return f"unknown unit {shown} (not a unit spelling: symbols, * / · and one-digit powers)"
     ureg = _ureg()
@@ -189,10 +230,19 @@ def _resolve(unit: str) -> Conversion | str:
         return _quantity_text(shown, parsed)
     try:
         target = ureg.parse_units(CANONICAL[canonical])
-        zero = float(ureg.Quantity(0.0, parsed).to(target).magnitude)
-        one = float(ureg.Quantity(1.0, parsed).to(target).magnitude)
+        zero, one, two = (
+            float(ureg.Quantity(x, parsed).to(target).magnitude) for x in (0.0, 1.0, 2.0)
+        )
     except Exception as exc:  # e.g. a temperature difference (delta_degC) to a temperature
         return f"unit {shown} cannot be converted to {canonical}: {str(exc)[:200]}"
+    # Two points define the conversion; a third on the same line shows that it is one. pint's
+    # logarithmic units (dB, dBm, neper...) convert exponentially: 30 dBm is 1 W, but the
+    # line through 0 and 1 dBm would give 0.00877 W.
+    if abs(two - 2 * one + zero) > 1e-9 * max(abs(zero), abs(one), abs(two)):
+        return (
+            f"unit {shown} is logarithmic: not converted (its value in {canonical} is no "
+            "value * scale + offset)"
+        )
     return Conversion(canonical, one - zero, zero)
 
 
