@@ -67,6 +67,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="SIGKILL the Kafka node leading the telemetry topic halfway through, start it "
         "again, and show it in the summary: every guarantee must still PASS (needs --brokers 3)",
     )
+    run.add_argument(
+        "--spark-workers",
+        type=_spark_workers,
+        default=0,
+        help="run the enricher on a Spark standalone cluster on loopback: a master and N "
+        "workers of one core each, executors of 512 MB (default 0: Spark's local mode)",
+    )
     run.set_defaults(func=_run)
 
     up = commands.add_parser(
@@ -191,6 +198,13 @@ def _broker_count(text: str) -> int:
     return int(text)
 
 
+def _spark_workers(text: str) -> int:
+    # Each worker is a JVM with an executor JVM and its Python workers beside it.
+    if not text.isdigit() or int(text) > 4:
+        raise argparse.ArgumentTypeError(f"a number of workers from 0 to 4, not {text!r}")
+    return int(text)
+
+
 def _ports(args: argparse.Namespace) -> Ports:
     from headwater_dev.devstack.processes import Ports
 
@@ -286,6 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         json_output=args.json,
         brokers=args.brokers,
         chaos=args.chaos,
+        spark_workers=args.spark_workers,
     )
     interrupt_on_stop()  # the run's finally blocks stop what it started
     try:
