@@ -67,13 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="SIGKILL the Kafka node leading the telemetry topic halfway through, start it "
         "again, and show it in the summary: every guarantee must still PASS (needs --brokers 3)",
     )
-    run.add_argument(
-        "--spark-workers",
-        type=_spark_workers,
-        default=0,
-        help="run the enricher on a Spark standalone cluster on loopback: a master and N "
-        "workers of one core each, executors of 512 MB (default 0: Spark's local mode)",
-    )
+    _spark_workers_argument(run)
     run.set_defaults(func=_run)
 
     up = commands.add_parser(
@@ -178,6 +172,18 @@ def _stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-enricher", action="store_true", help="run broker and ingest only (no Spark)"
     )
     _brokers_argument(parser)
+    _spark_workers_argument(parser)
+
+
+def _spark_workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-workers",
+        type=_spark_workers,
+        default=0,
+        help="run the enricher on a Spark standalone cluster on loopback: a master and N "
+        "workers of one core each, executors of 512 MB (default 0: Spark's local mode); "
+        "`headwater chaos kill-executor` loses one of its executors",
+    )
 
 
 def _brokers_argument(parser: argparse.ArgumentParser) -> None:
@@ -229,7 +235,13 @@ def _up(args: argparse.Namespace) -> int:
     interrupt_on_stop()
     try:
         return up(
-            args.workdir, _ports(args), not args.no_enricher, args.wait, args.json, args.brokers
+            args.workdir,
+            _ports(args),
+            not args.no_enricher,
+            args.wait,
+            args.json,
+            args.brokers,
+            args.spark_workers,
         )
     except KeyboardInterrupt:  # the supervisor is detached: only the waiting stops
         print("stopped waiting; the stack goes on in the background (`status`, `down`)")
@@ -242,7 +254,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging()
     _preflight(not args.no_enricher)
-    opts = StackOptions(args.workdir, _ports(args), not args.no_enricher, args.brokers)
+    opts = StackOptions(
+        args.workdir, _ports(args), not args.no_enricher, args.brokers, args.spark_workers
+    )
     return asyncio.run(Supervisor(opts).run())
 
 

@@ -41,6 +41,8 @@ EXECUTOR_MEMORY = "512m"
 START_TIMEOUT_S = 120.0
 #: The class in an executor JVM's command line (a worker's child process).
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+#: In the command line of the master and of every worker (pids are reused: check first).
+DAEMON_MARKER = "org.apache.spark.deploy."
 _LOG_TAIL_LINES = 20
 
 
@@ -75,6 +77,11 @@ def command_line(pid: int) -> str:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def executors_of(worker_pid: int) -> list[int]:
+    """The executor JVMs the worker ``worker_pid`` runs now (its child processes)."""
+    return [child for child in children(worker_pid) if EXECUTOR_CLASS in command_line(child)]
 
 
 class SparkDaemon:
@@ -253,6 +260,11 @@ class SparkStandalone:
         if self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
 
+    def pids(self) -> dict[str, int]:
+        """The running daemons' process ids: ``spark-master``, ``spark-worker-<n>``."""
+        daemons = [self.master, *self.workers]
+        return {f"spark-{d.name}": d.pid for d in daemons if d.pid is not None}
+
     def worker(self, n: int) -> SparkDaemon:
         """Worker ``n`` (from 1)."""
         return self.workers[n - 1]
@@ -294,9 +306,7 @@ class SparkStandalone:
     def executor_pids(self, n: int) -> list[int]:
         """The executor JVMs worker ``n`` runs now (its child processes)."""
         pid = self.worker(n).pid
-        if pid is None:
-            return []
-        return [child for child in children(pid) if EXECUTOR_CLASS in command_line(child)]
+        return executors_of(pid) if pid is not None else []
 
     def wait_executors(self, per_worker: int = 1, timeout: float = START_TIMEOUT_S) -> None:
         """Wait until every running worker runs ``per_worker`` executors.
