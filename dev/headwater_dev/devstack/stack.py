@@ -138,7 +138,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     display = ProgressLine()
     procs: list[subprocess.Popen[bytes]] = []
     with contextlib.ExitStack() as parts:
-        broker = parts.enter_context(dev_kafka(opts.brokers, None, workdir, None))
+        broker = dev_kafka(opts.brokers, None, workdir, None)
+        parts.enter_context(broker)  # started here, stopped last
         spark = (
             parts.enter_context(SparkStandalone(opts.spark_workers, log_dir=workdir))
             if opts.spark_workers and opts.with_enricher
