@@ -197,7 +197,8 @@ def fault_under_feed(
     feed = Feed(bootstrap, topics.ingest[0], fleet, prefix)
     feed.start()
     done.wait_count(lambda: set(feed.sent_at), FAULT_AFTER, lambda: None)
-    before = [done.first_seen[i] - at for i, at in feed.sent_at.items() if i in done.first_seen]
+    sent = dict(feed.sent_at)  # one copy: the feed's thread adds to it meanwhile
+    before = [done.first_seen[i] - at for i, at in sent.items() if i in done.first_seen]
     struck = time.monotonic()
     tick = fault()
     time.sleep(FEED_AFTER_S)  # traffic goes on across the fault, whatever it takes
