@@ -88,8 +88,7 @@ class SparkDaemon:
     """One JVM of the cluster (the master or a worker), in a process group of its own.
 
     The group holds what a worker launches (its executors and their Python workers), so
-    :meth:`stop` leaves nothing behind; :meth:`kill` hits the daemon's JVM alone, as a lost
-    machine's process would die, and lets Spark find out.
+    :meth:`stop` leaves nothing behind.
     """
 
     def __init__(self, name: str, main_class: str, args: list[str], log_path: Path) -> None:
@@ -122,13 +121,6 @@ class SparkDaemon:
     def exited(self) -> bool:
         """Whether the process was started and has exited on its own."""
         return self._proc is not None and self._proc.poll() is not None
-
-    def kill(self) -> None:
-        """SIGKILL the daemon's JVM only (its executors notice and exit by themselves)."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(timeout=30)
-            self._proc = None
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the whole process group, SIGKILL what is left after ``timeout``."""
