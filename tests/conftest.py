@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.support.ingest",
     "tests.support.process_guard",
     "tests.support.cluster",
+    "tests.support.spark_standalone",
     "pytester",
 ]
 

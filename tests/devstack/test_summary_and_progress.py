@@ -115,3 +115,9 @@ def test_commands_stage_shows_sent_refused_and_states():
     assert row(table, "- UNKNOWN_DEVICE")[-1] == "3"
     assert row(table, "state now")[-1] == "27"
     assert row(table, "- EXECUTED")[-1] == "24"
+
+
+def test_enricher_stage_names_the_spark_master_it_ran_on():
+    table = render({**SUMMARY, "spark": {"master": "spark://127.0.0.1:7077"}})
+    assert row(table, "Spark master")[-1] == "spark://127.0.0.1:7077"
+    assert "Spark master" not in render(SUMMARY)  # a summary written before the row existed

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,12 +211,19 @@ def outcome(c: Any) -> str:
 
 
 def enricher_command(
-    bootstrap: str, topics: EnricherTopics, workdir: Path, **settings: str
+    bootstrap: str,
+    topics: EnricherTopics,
+    workdir: Path,
+    extra_env: Mapping[str, str] | None = None,
+    max_seconds: float = 240,
+    **settings: str,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of ``headwater enricher run`` on ``topics``.
 
     ``settings`` are ``HEADWATER_ENRICHER_*`` names without the prefix, e.g.
-    ``MAX_ATTEMPTS="2"``; the checkpoint lives in ``workdir/cp``.
+    ``MAX_ATTEMPTS="2"``; the checkpoint lives in ``workdir/cp``. ``extra_env`` goes on
+    top of all (a Spark cluster's master and submit arguments); the run stops by itself
+    after ``max_seconds``.
     """
     p = "HEADWATER_ENRICHER_"
     env = os.environ | {
@@ -227,15 +235,23 @@ def enricher_command(
         p + "SPARK_MASTER": "local[2]",
         p + "SHUFFLE_PARTITIONS": "2",
         **{p + k: v for k, v in settings.items()},
+        **(extra_env or {}),
     }
-    return [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", "240"], env
+    argv = [sys.executable, "-m", "headwater.enricher", "run", "--max-seconds", str(max_seconds)]
+    return argv, env
 
 
 def start_enricher(
-    bootstrap: str, topics: EnricherTopics, workdir: Path, log_name: str, **settings: str
+    bootstrap: str,
+    topics: EnricherTopics,
+    workdir: Path,
+    log_name: str,
+    extra_env: Mapping[str, str] | None = None,
+    max_seconds: float = 240,
+    **settings: str,
 ) -> subprocess.Popen[bytes]:
     """Run ``headwater enricher run`` on ``topics`` as its own process group (for SIGKILL)."""
-    argv, env = enricher_command(bootstrap, topics, workdir, **settings)
+    argv, env = enricher_command(bootstrap, topics, workdir, extra_env, max_seconds, **settings)
     return launch(argv, env=env, stdout=subprocess.PIPE, stderr=(workdir / log_name).open("ab"))
 
 

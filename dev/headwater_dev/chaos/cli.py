@@ -2,7 +2,8 @@
 
 Dev and staging only. Dry run by default: each command prints what it would do and what
 to watch; ``--execute`` does it. Today it acts on the background dev stack
-(``headwater devstack up --brokers 3``); docs/operations.md has the runbook of each fault.
+(``headwater devstack up --brokers 3``, ``--spark-workers 2`` for executors);
+docs/operations.md has the runbook of each fault.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``chaos`` command group."""
     group = subparsers.add_parser(
         "chaos",
-        help="fail a broker of the dev stack on purpose (dry run unless --execute)",
+        help="fail a broker or a Spark executor of the dev stack on purpose (dry run unless "
+        "--execute)",
         description=(
             "Provoke a broker fault on the background dev stack (`headwater devstack up "
             "--brokers 3`): the stack's supervisor starts a lost node again, as Kubernetes "
-            "restarts a broker pod. Without --execute nothing is done: the plan and what to "
-            "watch are printed. Exits 2 when there is no three-broker stack to act on."
+            "restarts a broker pod; or lose a Spark executor (`up --spark-workers 2`). "
+            "Without --execute nothing is done: the plan and what to watch are printed. "
+            "Exits 2 when the stack has nothing of the kind to act on."
         ),
     )
     commands = group.add_subparsers(dest="chaos_command", required=True, metavar="COMMAND")
@@ -71,7 +74,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--timeout", type=float, default=180.0, help="seconds per node to be back in sync"
     )
     roll.set_defaults(func=_roll)
-    for command in (kill, pause, roll):
+    executor = commands.add_parser(
+        "kill-executor",
+        help="SIGKILL one Spark executor JVM of the enricher (an OOM kill, a lost node)",
+        description=(
+            "SIGKILL the executor JVM of one Spark worker of a stack started with "
+            "`headwater devstack up --spark-workers 2`: its tasks are retried on another "
+            "executor, the keyed state it held reloads there from the checkpoint, and its "
+            "worker launches a new executor. Every message still gets one terminal completion."
+        ),
+    )
+    executor.add_argument(
+        "--worker", type=int, help="the worker whose executor dies (default: the first with one)"
+    )
+    executor.set_defaults(func=_kill_executor)
+    for command in (kill, pause, roll, executor):
         command.add_argument(
             "--workdir", type=Path, default=Path(".devstack"), help="the dev stack's folder"
         )
@@ -157,4 +174,35 @@ def _roll(args: argparse.Namespace) -> int:
             return 1
         print(f"node {node.node_id} restarted and in sync after {took:.1f}s")
     print("rolled every node")
+    return 0
+
+
+def _kill_executor(args: argparse.Namespace) -> int:
+    import os
+
+    from headwater_dev.chaos.devstack import ChaosError, spark_executors
+
+    try:
+        state, executors = spark_executors(args.workdir)
+        worker = args.worker or next((n for n, pids in executors.items() if pids), 0)
+        if not executors.get(worker):
+            raise ChaosError(
+                f"Spark worker {worker or '(any)'} runs no executor now: workers "
+                f"{sorted(executors)} of the stack in {args.workdir} (is the enricher up?)"
+            )
+    except ChaosError as exc:
+        print(exc)
+        return 2
+    pid = executors[worker][0]
+    workdir = Path(state.workdir)
+    hints = [
+        f'{workdir / "enricher.log"}   ("Lost executor", then the tasks retried elsewhere)',
+        f"{workdir / f'spark-worker-{worker}.log'}   (the worker launching a new executor)",
+        f"{state.metrics_url('enricher')}   (batches go on after a pause; nothing skipped)",
+        "headwater devstack watch --topic completions.v1   (one terminal completion each)",
+    ]
+    doing = f"SIGKILL the executor JVM of Spark worker {worker} (pid {pid})"
+    if _announce(args, doing, hints):
+        os.kill(pid, signal.SIGKILL)
+        print(f"killed executor pid {pid}; worker {worker} launches another within seconds")
     return 0

@@ -1,9 +1,11 @@
-"""Broker faults against a background dev stack (``headwater devstack up --brokers 3``).
+"""Faults against a background dev stack (``headwater devstack up --brokers 3``).
 
 The stack's state file names each Kafka node's process (``broker-<id>``) and port; its
 supervisor starts a node that exits again, as Kubernetes restarts a Strimzi broker pod.
 So a kill here is a lost broker that comes back, a pause a frozen one, and a roll an
 upgrade: each node stopped with SIGTERM, the next only once every replica is back in sync.
+Executor faults need ``--spark-workers 2``: the file names each Spark daemon
+(``spark-worker-<n>``), and a worker's executors are its child processes.
 Every action is planned first and printed; it is carried out only when ``execute``.
 """
 
@@ -22,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from headwater.errors import HeadwaterError
 from headwater_dev.devstack import status_file
 from headwater_dev.devstack.cluster import out_of_sync
+from headwater_dev.devstack.spark_cluster import DAEMON_MARKER, executors_of
 
 
 class ChaosError(HeadwaterError, RuntimeError):
@@ -37,17 +40,48 @@ class Node:
     address: str
 
 
+def running_stack(workdir: Path, flags: str) -> status_file.StackState:
+    """Return the state of the stack running in ``workdir``.
+
+    Raises:
+        ChaosError: none runs there (the message says how to start one with ``flags``).
+    """
+    state = status_file.read(workdir.resolve())
+    if state is None or not status_file.alive(state.supervisor_pid):
+        raise ChaosError(
+            f"no dev stack runs in {workdir}: start one with `headwater devstack up {flags}`"
+        )
+    return state
+
+
+def spark_executors(workdir: Path) -> tuple[status_file.StackState, dict[int, list[int]]]:
+    """Return the running stack in ``workdir`` and its executor JVMs, by worker number.
+
+    Raises:
+        ChaosError: no stack runs there, or its enricher runs in Spark's local mode.
+    """
+    state = running_stack(workdir, "--spark-workers 2")
+    workers = {
+        int(name.rsplit("-", 1)[1]): pid
+        for name, pid in state.pids.items()
+        if name.startswith("spark-worker-") and status_file.runs(pid, DAEMON_MARKER)
+    }
+    if not workers:
+        raise ChaosError(
+            f"the dev stack in {workdir} runs no Spark worker (the enricher in Spark's local "
+            "mode has no executor to lose). Restart it with `headwater devstack down` and "
+            "`headwater devstack up --spark-workers 2`"
+        )
+    return state, {n: executors_of(pid) for n, pid in sorted(workers.items())}
+
+
 def cluster_nodes(workdir: Path) -> tuple[status_file.StackState, list[Node]]:
     """Return the running stack in ``workdir`` and its Kafka nodes.
 
     Raises:
         ChaosError: no stack runs there, or it runs one broker (nothing could take over).
     """
-    state = status_file.read(workdir.resolve())
-    if state is None or not status_file.alive(state.supervisor_pid):
-        raise ChaosError(
-            f"no dev stack runs in {workdir}: start one with `headwater devstack up --brokers 3`"
-        )
+    state = running_stack(workdir, "--brokers 3")
     if state.brokers < 3:
         raise ChaosError(
             f"the dev stack in {workdir} runs {state.brokers} broker: a broker fault there is "

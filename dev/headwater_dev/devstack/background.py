@@ -22,6 +22,7 @@ from headwater_dev.devstack import status_file
 from headwater_dev.devstack.connect import connection_info, connection_text
 from headwater_dev.devstack.processes import CLI, Ports, exit_reason, health_status, log_tail
 from headwater_dev.devstack.progress import ProgressLine
+from headwater_dev.devstack.spark_cluster import DAEMON_MARKER
 
 #: The command-line flag that changes each port, for error messages.
 PORT_FLAGS = {
@@ -52,6 +53,7 @@ def up(
     wait_s: float,
     as_json: bool,
     brokers: int = 1,
+    spark_workers: int = 0,
 ) -> int:
     """Start a background dev stack in ``workdir`` and print how to use it.
 
@@ -83,7 +85,7 @@ def up(
     cmd += ["--kafka-port", str(ports.kafka), "--grpc-port", str(ports.grpc)]
     cmd += ["--ingest-metrics-port", str(ports.ingest_metrics)]
     cmd += ["--enricher-metrics-port", str(ports.enricher_metrics)]
-    cmd += ["--brokers", str(brokers)]
+    cmd += ["--brokers", str(brokers), "--spark-workers", str(spark_workers)]
     if not with_enricher:
         cmd.append("--no-enricher")
     with open(workdir / "supervisor.log", "ab") as out:
@@ -185,10 +187,15 @@ def down(workdir: Path, timeout_s: float) -> int:
     # After a crash or a kill, the pieces may outlive their supervisor.
     for name, child in current.pids.items():
         is_broker = name.startswith("broker")  # "broker", or "broker-<id>" of a cluster
+        is_spark = name.startswith("spark-")  # "spark-master", "spark-worker-<n>"
         marker = _BROKER_MARKER if is_broker else _MARKERS.get(name, "headwater")
-        if status_file.runs(child, marker):
+        if status_file.runs(child, DAEMON_MARKER if is_spark else marker):
             print(f"killing the leftover {name} (pid {child})")
-            os.kill(child, signal.SIGKILL)
+            # A Spark daemon leads its process group: a worker's executors go with it.
+            if is_spark:
+                os.killpg(child, signal.SIGKILL)
+            else:
+                os.kill(child, signal.SIGKILL)
             forced = True
     status_file.remove(workdir)
     print("stopped" + (" (forced)" if forced else ""))
@@ -221,6 +228,9 @@ def check(current: status_file.StackState) -> dict[str, str]:
             pieces[name] = "exited"
         else:
             pieces[name] = "up" if _kafka_ok(current.ports["kafka"] + i) else "unreachable"
+    for name, pid in current.pids.items():
+        if name.startswith("spark-"):  # a worker lost is not restarted: status says so
+            pieces[name] = "up" if status_file.runs(pid, DAEMON_MARKER) else "exited"
     if "ingest" in current.pids:
         if "ingest" in current.exited:
             pieces["ingest"] = "exited"
@@ -265,7 +275,7 @@ def status(workdir: Path, as_json: bool) -> int:
         print(f"dev stack in {workdir}: {current.status}{doing}")
         for name, condition in pieces.items():
             pid = current.pids.get(name, "-")
-            print(f"  {name:<9} {condition:<12} pid {pid}")
+            print(f"  {name:<14} {condition:<12} pid {pid}")
         for name, code in current.exited.items():
             # Why it exited: how, and its log's last lines as the supervisor saw them.
             print(f"\n{name} {exit_reason(code)}; last lines of {workdir / (name + '.log')}:")

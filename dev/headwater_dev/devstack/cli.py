@@ -67,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="SIGKILL the Kafka node leading the telemetry topic halfway through, start it "
         "again, and show it in the summary: every guarantee must still PASS (needs --brokers 3)",
     )
+    _spark_workers_argument(run)
     run.set_defaults(func=_run)
 
     up = commands.add_parser(
@@ -171,6 +172,18 @@ def _stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-enricher", action="store_true", help="run broker and ingest only (no Spark)"
     )
     _brokers_argument(parser)
+    _spark_workers_argument(parser)
+
+
+def _spark_workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-workers",
+        type=_spark_workers,
+        default=0,
+        help="run the enricher on a Spark standalone cluster on loopback: a master and N "
+        "workers of one core each, executors of 512 MB (default 0: Spark's local mode); "
+        "`headwater chaos kill-executor` loses one of its executors",
+    )
 
 
 def _brokers_argument(parser: argparse.ArgumentParser) -> None:
@@ -188,6 +201,13 @@ def _broker_count(text: str) -> int:
     # An even quorum survives no more losses than the odd one below it, at more cost.
     if not text.isdigit() or not (text == "1" or (int(text) % 2 == 1 and 3 <= int(text) <= 9)):
         raise argparse.ArgumentTypeError(f"1, or an odd number from 3 to 9, not {text!r}")
+    return int(text)
+
+
+def _spark_workers(text: str) -> int:
+    # Each worker is a JVM with an executor JVM and its Python workers beside it.
+    if not text.isdigit() or int(text) > 4:
+        raise argparse.ArgumentTypeError(f"a number of workers from 0 to 4, not {text!r}")
     return int(text)
 
 
@@ -215,7 +235,13 @@ def _up(args: argparse.Namespace) -> int:
     interrupt_on_stop()
     try:
         return up(
-            args.workdir, _ports(args), not args.no_enricher, args.wait, args.json, args.brokers
+            args.workdir,
+            _ports(args),
+            not args.no_enricher,
+            args.wait,
+            args.json,
+            args.brokers,
+            args.spark_workers,
         )
     except KeyboardInterrupt:  # the supervisor is detached: only the waiting stops
         print("stopped waiting; the stack goes on in the background (`status`, `down`)")
@@ -228,7 +254,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging()
     _preflight(not args.no_enricher)
-    opts = StackOptions(args.workdir, _ports(args), not args.no_enricher, args.brokers)
+    opts = StackOptions(
+        args.workdir, _ports(args), not args.no_enricher, args.brokers, args.spark_workers
+    )
     return asyncio.run(Supervisor(opts).run())
 
 
@@ -286,6 +314,7 @@ def _run(args: argparse.Namespace) -> int:
         json_output=args.json,
         brokers=args.brokers,
         chaos=args.chaos,
+        spark_workers=args.spark_workers,
     )
     interrupt_on_stop()  # the run's finally blocks stop what it started
     try:

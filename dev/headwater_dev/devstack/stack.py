@@ -7,6 +7,7 @@ central promise: every message answered OK is in Kafka.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -41,6 +42,7 @@ from headwater_dev.devstack.processes import (
 )
 from headwater_dev.devstack.progress import ProgressLine
 from headwater_dev.devstack.readback import missing_acks, read_ingest
+from headwater_dev.devstack.spark_cluster import SparkStandalone
 from headwater_dev.devstack.summary import build_summary, read_enriched, render
 
 
@@ -63,6 +65,8 @@ class DevStackOptions:
     brokers: int = 1
     #: Kill the leader of the telemetry topic halfway (needs brokers >= 3).
     chaos: bool = False
+    #: 0: the enricher in Spark's local mode; N: on a standalone cluster of N workers.
+    spark_workers: int = 0
 
 
 def _tokens_yaml(fleet: list[SimGateway]) -> str:
@@ -133,7 +137,14 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     _log_gateways_to(workdir / "fleet.log")
     display = ProgressLine()
     procs: list[subprocess.Popen[bytes]] = []
-    with dev_kafka(opts.brokers, None, workdir, None) as broker:
+    with contextlib.ExitStack() as parts:
+        broker = dev_kafka(opts.brokers, None, workdir, None)
+        parts.enter_context(broker)  # started here, stopped last
+        spark = (
+            parts.enter_context(SparkStandalone(opts.spark_workers, log_dir=workdir))
+            if opts.spark_workers and opts.with_enricher
+            else None
+        )
         bootstrap = broker.bootstrap_servers
         create_topics(bootstrap, opts.brokers)
         _publish_master(bootstrap, fleet, late=False)
@@ -144,6 +155,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
         env = service_env(
             bootstrap, ports, checkpoint, workdir / "tokens.yaml", DEV_MAX_PAYLOAD_BYTES
         )
+        if spark is not None:
+            env |= spark.driver_env()
         target = f"127.0.0.1:{ports.grpc}"
         try:
             ingest = start_ingest(env, workdir)
@@ -158,9 +171,14 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 # latencies then measure the pipeline, and the late master data arrives after
                 # the enricher has parked messages of those devices, so retries are exercised.
                 display.message("starting the enricher (Spark)...")
-                await wait_first_batch(checkpoint, enricher, 180, workdir / "enricher.log")
+                # On a cluster the executors start after the driver, each a JVM of its own.
+                first_batch_s = 180 if spark is None else 300
+                await wait_first_batch(
+                    checkpoint, enricher, first_batch_s, workdir / "enricher.log"
+                )
+            on_spark = f", Spark {spark.master_url}" if spark else ""
             display.message(
-                f"dev stack up: broker {bootstrap}, ingest {target}, "
+                f"dev stack up: broker {bootstrap}, ingest {target}{on_spark}, "
                 f"metrics http://127.0.0.1:{ports.ingest_metrics}/metrics, logs in {workdir}"
             )
             stats = FleetStats()
@@ -221,6 +239,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 stats, readback, missing_acks(stats.acked, readback), elapsed, enriched
             )
             summary["kafka"] = {"brokers": opts.brokers, "fault": fault}
+            if enriched is not None:
+                summary["spark"] = {"master": spark.master_url if spark else "local[*]"}
             summary["commands"] = {
                 "sent": len(tally.sent),
                 "refused": dict(tally.refused),

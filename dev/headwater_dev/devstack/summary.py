@@ -153,6 +153,8 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
     enricher = summary.get("enricher")
     if enricher is not None:
         rows = [("events", str(enricher["events"]))]
+        if "spark" in summary:
+            rows.insert(0, ("Spark master", summary["spark"]["master"]))
         rows += _counts("completions", enricher["completions"])
         rows += _counts("dead letters", enricher["dead_letters"])
         rows += [

@@ -40,6 +40,7 @@ from headwater_dev.devstack.processes import (
     wait_first_batch,
     wait_serving,
 )
+from headwater_dev.devstack.spark_cluster import SparkStandalone
 from headwater_dev.devstack.vendors import ACME_TELEMETRY
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class StackOptions:
     with_enricher: bool = True
     #: 1: the embedded broker; 3: a cluster on ports.kafka, +1, +2 (production's replication).
     brokers: int = 1
+    #: 0: the enricher in Spark's local mode; N: on a standalone cluster of N workers.
+    spark_workers: int = 0
 
 
 class _Stopped(Exception):
@@ -146,6 +149,7 @@ class Supervisor:
         self.workdir = opts.workdir.resolve()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.broker: DevKafka | None = None
+        self.spark: SparkStandalone | None = None
         self.state: status_file.StackState | None = None
 
     def _save(self, **changes: object) -> None:
@@ -238,6 +242,14 @@ class Supervisor:
             # run's commits are on disk. One always comes: the demo master record published
             # above is new data on a topic the enricher reads.
             before = last_commit(checkpoint)
+            if self.opts.spark_workers:
+                self._save(step="starting the Spark standalone cluster")
+                self.spark = SparkStandalone(
+                    self.opts.spark_workers, base_dir=workdir / "spark", log_dir=workdir
+                )
+                await _in_thread(self.spark.start, stop)
+                self._save(pids=self._pids())
+                env |= self.spark.driver_env()
             self._save(step="starting the enricher (Spark takes a while)")
             self.procs["enricher"] = start_enricher(env, workdir)
             self._save(pids=self._pids())
@@ -256,6 +268,8 @@ class Supervisor:
         pids = {name: proc.pid for name, proc in self.procs.items()}
         if self.broker is not None:
             pids |= broker_pids(self.broker)
+        if self.spark is not None:
+            pids |= self.spark.pids()
         return pids
 
     async def _watch(self, stop: asyncio.Event) -> None:
@@ -295,9 +309,11 @@ class Supervisor:
                 self._save(pids=self._pids())
 
     def _stop_all(self) -> None:
-        """Enricher first (it reads and writes Kafka), ingest next (drains), broker last."""
+        """Enricher and its Spark cluster first (they use Kafka), ingest next, broker last."""
         if "enricher" in self.procs:
             stop_process(self.procs["enricher"], timeout=60)
+        if self.spark is not None:
+            self.spark.stop()  # its workers' executors with them
         if "ingest" in self.procs:
             stop_process(self.procs["ingest"], timeout=40)  # drain grace (20 s) and a flush
         if self.broker is not None:
