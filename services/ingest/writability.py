@@ -164,10 +164,10 @@ class ClusterGauges:
 
 
 class WritabilityWatch:
-    """Looks at the ingest topics every ``interval_s`` until cancelled (module docstring).
+    """Looks at the cluster every ``interval_s`` until cancelled (module docstring).
 
-    ``on_change(writable, reason)`` is awaited when the answer to "can
-    this replica write at all" changes; ``reason`` names the partitions and the cause.
+    ``topics`` are the ones ingest writes. ``on_change(writable, reason)`` is awaited when
+    the answer to "can this replica write at all" changes; ``reason`` says why.
     """
 
     def __init__(
