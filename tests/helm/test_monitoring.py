@@ -77,6 +77,11 @@ def test_the_alerts_the_issue_names_exist_and_link_to_a_runbook_section():
         "HeadwaterIngestErrorRate",
         "HeadwaterEnricherQueryDown",
         "HeadwaterEndToEndLatencyHigh",
+        # Issue 36: the cluster's replication, as the ingest replicas see it.
+        "HeadwaterKafkaOfflinePartitions",
+        "HeadwaterKafkaUnderReplicated",
+        "HeadwaterKafkaBelowMinInSync",
+        "HeadwaterIngestCannotWrite",
     } <= set(alerts)
     anchors = runbook_anchors(OPERATIONS)
     for name, rule in alerts.items():
@@ -120,11 +125,16 @@ def test_rates_and_quantiles_are_computed_by_promql_from_counters_and_histograms
 
 def test_thresholds_come_from_values():
     values = copy.deepcopy(VALUES_SETS["production"])
-    values["prometheusRule"]["thresholds"] = {"endToEndP99Seconds": 7, "deadLettersPerSecond": 3}
+    values["prometheusRule"]["thresholds"] = {
+        "endToEndP99Seconds": 7,
+        "deadLettersPerSecond": 3,
+        "underReplicatedFor": "30m",
+    }
     (rule,) = [o for o in render(values) if o["kind"] == "PrometheusRule"]
-    exprs = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert exprs["HeadwaterEndToEndLatencyHigh"].rstrip().endswith("> 7")
-    assert exprs["HeadwaterDeadLetters"].rstrip().endswith("> 3")
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert rules["HeadwaterEndToEndLatencyHigh"]["expr"].rstrip().endswith("> 7")
+    assert rules["HeadwaterDeadLetters"]["expr"].rstrip().endswith("> 3")
+    assert rules["HeadwaterKafkaUnderReplicated"]["for"] == "30m"
 
 
 def test_dashboard_configmap_carries_the_json_for_the_sidecar():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,9 +23,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.endpoints import SERVICE_NAME
 from headwater.gateway.client import GatewayClient
 from headwater.gateway.spool import Spool
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.writability import FAILING_AFTER_S, INTERVAL_S
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -50,6 +53,10 @@ CALL_DEADLINE_S = 12.0
 CALLERS = 6
 #: Bounds of the traffic around a fault.
 BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
+#: How soon the write health must follow the writes: a look, plus slack for 2 shared cores.
+HEALTH_WITHIN_S = FAILING_AFTER_S + 2 * INTERVAL_S + 15
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.fixture
@@ -128,7 +135,15 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
 
 
-async def test_leader_killed_under_load_loses_nothing(on_cluster, cluster, tmp_path) -> None:
+def lines(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    """The captured records whose message starts with ``message``."""
+    return [r for r in caplog.records if r.getMessage().startswith(message)]
+
+
+async def test_leader_killed_under_load_loses_nothing(
+    on_cluster, cluster, tmp_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="headwater.ingest")
     with Spool(tmp_path / "spool.db") as spool:
         gateway = GatewayClient(spool, config(on_cluster.target, call_timeout_s=CALL_DEADLINE_S))
         load = Load(on_cluster, spool)
@@ -174,22 +189,56 @@ async def test_leader_killed_under_load_loses_nothing(on_cluster, cluster, tmp_p
     )
     # The target of issue 36: no OK for at most the election time + 2 s.
     assert no_ok_s < elected_s + 2 + 3  # + 3 s of scheduling slack on the shared cores
+    # The move is told in a line or two (one per look at the cluster), not one per message.
+    moved = lines(caplog, "Kafka partition leaders moved")
+    assert 1 <= len(moved) <= 3, [r.moved for r in moved]  # type: ignore[attr-defined]
+    assert any(f"node {leader.node_id} ->" in m for r in moved for m in r.moved)  # type: ignore[attr-defined]
+    # One leader moving is not "cannot write": the other partitions took writes meanwhile,
+    # so the write health stayed SERVING (docs/operations.md, "Health").
+    told = lines(caplog, "Kafka cannot take some or all of ingest's writes")
+    assert not [r for r in told if r.writes_failing], [r.reason for r in told]  # type: ignore[attr-defined]
+
+
+async def health_of(running: RunningIngest, service: str) -> int:
+    stub = health_pb2_grpc.HealthStub(running.channel)
+    return (await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)).status
+
+
+async def health_becomes(running: RunningIngest, status: int, within_s: float) -> float:
+    """Wait until the write health (``SERVICE_NAME``) is ``status``; return the seconds."""
+    started = time.monotonic()
+    while await health_of(running, SERVICE_NAME) != status:
+        assert time.monotonic() - started < within_s, f"health not {status} in {within_s}s"
+        await asyncio.sleep(0.5)
+    return time.monotonic() - started
 
 
 async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
-    on_cluster, cluster
+    on_cluster, cluster, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="headwater.ingest")
     ledger = Ledger()
     assert (await publish(on_cluster, ledger, CALL_DEADLINE_S))[0] == grpc.StatusCode.OK
+    assert await health_of(on_cluster, SERVICE_NAME) == SERVING
     leader = cluster.leader_of(TOPIC, 0)
     lost = [n for n in cluster.nodes if n is not leader]
     for node in lost:
         await asyncio.to_thread(node.kill)
     ok_before = len(ledger.acked)
-    # Short and long deadlines, concurrently, for longer than the produce timeout.
-    outcomes = await asyncio.gather(
+    # Short and long deadlines, concurrently, for longer than the produce timeout; the
+    # write health turns NOT_SERVING meanwhile, and says why.
+    calls = asyncio.gather(
         *(publish(on_cluster, ledger, d) for d in (2.0, 5.0, CALL_DEADLINE_S, CALL_DEADLINE_S))
     )
+    not_serving_s = await health_becomes(on_cluster, NOT_SERVING, HEALTH_WITHIN_S)
+    outcomes = await calls
+    # The process itself stays SERVING: the probes never restart a pod for a broker outage.
+    assert await health_of(on_cluster, "") == SERVING
+    told = lines(caplog, "Kafka cannot take some or all of ingest's writes")
+    assert 1 <= len(told) <= 3, "one line per new reason, not one per call"
+    reason: str = told[0].reason  # type: ignore[attr-defined]
+    assert "writes fail" in reason and "2 of 3 brokers do not answer" in reason, reason
+    assert all(f"node {n.node_id} (" in reason for n in lost), reason
     for code, results in outcomes:
         assert_failed_retriably(code, results)
     assert len(ledger.acked) == ok_before, "answered OK with one replica of three alive"
@@ -201,10 +250,13 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     back_at = time.monotonic()
     await asyncio.to_thread(lost[0].start, wait=False)
     recovered_s = await recover(on_cluster, ledger)
+    serving_s = await health_becomes(on_cluster, SERVING, HEALTH_WITHIN_S)
+    assert lines(caplog, "Kafka takes ingest's writes again")
     print(
-        f"\ntwo of three down: {len(outcomes)} calls, none OK (answers: {codes}); one node "
-        f"started again: OK {time.monotonic() - back_at:.1f}s later (calls retried for "
-        f"{recovered_s:.1f}s)"
+        f"\ntwo of three down: {len(outcomes)} calls, none OK (answers: {codes}); write health "
+        f"NOT_SERVING {not_serving_s:.1f}s after the kill ({reason}); one node started again: "
+        f"OK {time.monotonic() - back_at:.1f}s later (calls retried for {recovered_s:.1f}s), "
+        f"SERVING {serving_s:.1f}s after that OK"
     )
     await assert_acked_are_in_kafka(cluster.bootstrap_servers, ledger)
 

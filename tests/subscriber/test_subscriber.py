@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
@@ -216,10 +217,67 @@ async def test_offset_below_the_log_start_stops_and_names_the_new_start(
 
     settings = sub_settings(group, (topic,), start="earliest")
     sub = Subscriber(kafka, settings, handler, decode_completion)
-    with pytest.raises(StartPointRequiredError, match="offset 2") as info:
+    # Found before joining the group (startpoints.py), so no member is disturbed.
+    with pytest.raises(
+        StartPointRequiredError, match="committed offset 2 is before the log start 4"
+    ) as info:
         await asyncio.wait_for(sub.run(asyncio.Event()), 60)
     assert "headwater offsets reset --help" in str(info.value)
     assert committed(kafka_bootstrap, group, topic) == [2]  # left as it was
+
+
+async def test_retention_overtaking_a_running_subscriber_stops_it_and_the_service_exits_2(
+    kafka, kafka_bootstrap, topic_factory, tmp_path
+):
+    """Retention deletes records the group has not read while it runs: it stops, loud."""
+    topic = topic_factory("completions")
+    produce(kafka_bootstrap, topic, [completion(f"m{i}") for i in range(10)])
+    group = new_group(kafka_bootstrap)
+    handled: list[str] = []
+    first_in_hand, go_on = asyncio.Event(), asyncio.Event()
+
+    async def handler(d: Delivery[Completion]) -> None:
+        handled.append(d.message.message_id)
+        first_in_hand.set()
+        await go_on.wait()
+
+    settings = sub_settings(group, (topic,), start="earliest", max_batch=1)
+    sub = Subscriber(kafka, settings, handler, decode_completion)
+    task = asyncio.create_task(sub.run(asyncio.Event()))
+    await asyncio.wait_for(first_in_hand.wait(), 60)
+    # While it holds m0 (m1..m9 already fetched), ten more records come and retention
+    # deletes all twenty: offsets 10..19 are gone before the group read them.
+    produce(kafka_bootstrap, topic, [completion(f"late{i}") for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 20)])
+    assert next(iter(deleted.values())).result(timeout=30).low_watermark == 20
+    go_on.set()
+    with pytest.raises(StartPointRequiredError) as info:
+        await asyncio.wait_for(task, 60)
+    message = str(info.value)
+    assert f"consumer group {group!r}, {topic}[0]" in message
+    assert "offset 10 is no longer in the log (it now starts at 20)" in message
+    assert f"headwater offsets reset --group {group} --topic {topic}" in message
+    assert handled == [f"m{i}" for i in range(10)]  # what was fetched, nothing guessed
+    assert committed(kafka_bootstrap, group, topic) == [10]  # left where the group was
+
+    # A service built on it (the example) exits 2 with that line, before joining the group.
+    service = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            str(Path(__file__).parents[2] / "examples" / "completion_subscriber.py"),
+            *("--db", str(tmp_path / "counts.db"), "--group", group, "--topic", topic),
+            *("--bootstrap-servers", kafka_bootstrap, "--start", "earliest"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert service.returncode == 2, service.stdout + service.stderr
+    assert "the committed offset 10 is before the log start 20" in service.stdout
+    assert f"headwater offsets reset --group {group} --topic {topic}" in service.stdout
+    assert committed(kafka_bootstrap, group, topic) == [10]
 
 
 async def test_offset_past_the_log_end_stops_even_with_a_start_point(

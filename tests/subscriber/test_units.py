@@ -185,3 +185,30 @@ def test_every_setting_is_in_the_docs_table():
     for f in dataclasses.fields(SubscriberSettings):
         row = f"| `{f.name}` | `{SubscriberSettings.variable(f.name)}` |"
         assert row in doc, f"docs/subscribe.md: add the settings row for {f.name}"
+
+
+def test_a_leader_move_is_one_line_per_partition_and_move(caplog):
+    from aiokafka import TopicPartition
+
+    from headwater.subscriber.leaders import LeaderMoves
+
+    class Cluster:
+        def __init__(self, leaders):
+            self.leaders = leaders
+
+        def leader_for_partition(self, tp):
+            return self.leaders.get(tp)
+
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    moves = LeaderMoves("billing")
+    caplog.set_level("INFO", logger="headwater.subscriber")
+    for leaders in (
+        {t0: 1, t1: 2},  # first sight: nothing moved
+        {t0: 1, t1: 2},
+        {t0: -1, t1: 2},  # mid-election: not a move yet
+        {t0: 3},  # t1 unknown for a moment
+        {t0: 3, t1: 2},
+    ):
+        moves.check(Cluster(leaders), [t0, t1])
+    (line,) = [r for r in caplog.records if r.getMessage() == "Kafka partition leader moved"]
+    assert (line.group, line.partition, line.from_node, line.to_node) == ("billing", "t[0]", 1, 3)

@@ -25,6 +25,7 @@ import pytest
 from headwater.kafka.admin import ensure_topics
 from headwater.topics import TopicSpec
 from headwater_dev.devstack.cluster import BrokerCluster
+from tests.support.process_guard import session_owns
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCl
     """Three KRaft nodes (each broker and controller voter) on loopback; logs kept for a failure."""
     logs = tmp_path_factory.mktemp("cluster-logs")
     with BrokerCluster(log_dir=logs) as cluster:
+        # A node a test killed and ``heal`` started again is the session's, not that test's.
+        session_owns(lambda: [node.pid for node in cluster.nodes if node.pid])
         yield cluster
 
 

@@ -128,6 +128,11 @@ def scrape_of_the_services() -> str:
     ingest.rpc_call("headwater.ingest.v1.IngestService", "PublishTelemetry", "OK", 0.01)
     ingest.observe_inflight(lambda: (10, 1))
     ingest.observe_admission(lambda: 1, lambda: {"gw": 10})
+    from headwater.ingest.writability import ClusterGauges, PartitionState
+
+    cluster = ClusterGauges(provider.get_meter("headwater.ingest"))
+    partition = PartitionState("ingest.telemetry.v1", 0, 1, 3, 3, 2)
+    cluster.record([partition], {"ingest.telemetry.v1"})
     from headwater.ingest.commands.service import CommandMetrics
 
     commands = CommandMetrics(

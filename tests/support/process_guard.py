@@ -9,6 +9,10 @@ descendant after its parent exits. When a test ends, passed or failed, what it l
 fails naming each command line. After the session fixtures are torn down, whatever still
 runs is killed the same way and fails the run. The terminal summary prints both counts.
 
+A session fixture that starts processes again during the session (the three-node cluster:
+a test kills a node, the fixture starts it again) names them with :func:`session_owns`;
+they are the fixture's, whichever test was running when they started.
+
 Processes are found by walking ``/proc`` (Linux; no psutil). Interpreter-wide helpers that
 libraries keep for the life of the interpreter (pyspark's gateway JVM and its workers,
 multiprocessing's resource tracker and fork server) are never counted.
@@ -22,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +37,13 @@ GRACE_S = 5.0
 #: Time killed processes get to disappear (a SIGKILL is never ignored; this bounds a hang).
 KILLED_WITHIN_S = 10.0
 _PR_SET_CHILD_SUBREAPER = 36
+#: Session fixtures' processes started at any time, each asked when a test ends.
+_SESSION_OWNED: list[Callable[[], Iterable[int]]] = []
+
+
+def session_owns(pids: Callable[[], Iterable[int]]) -> None:
+    """Count the processes ``pids()`` returns (asked at each sweep) as a session fixture's."""
+    _SESSION_OWNED.append(pids)
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,7 @@ def running_since(baseline: set[int]) -> dict[int, Proc]:
     Zombies among our own children are reaped on the way (they exited; nobody waited).
     """
     table = processes()
-    owners = baseline | interpreter_helpers()
+    owners = baseline | interpreter_helpers() | {pid for f in _SESSION_OWNED for pid in f()}
     left = {}
     for pid in descendants(os.getpid(), table) - baseline:
         proc = table[pid]

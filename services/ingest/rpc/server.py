@@ -4,6 +4,12 @@ Building (``IngestServer.start``) is separate from running (``serve``) so tests 
 port 0 and drive the server in-process. Shutdown order on SIGTERM: health NOT_SERVING,
 stop reading new stream frames, ``server.stop(grace)`` (in-flight calls finish), then
 flush and stop the producer.
+
+Health has two names. ``""`` (the process; the chart's probes) is SERVING once the producer
+is connected: a broker outage never restarts a pod, and its calls keep answering
+retriably. ``headwater.ingest.v1.IngestService`` is SERVING only when, besides, the
+cluster can take writes (``writability.py``): it says NOT_SERVING while no ingest
+partition has the in-sync replicas an ``acks=all`` write needs, and the log says why.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import logging
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from headwater.endpoints import SERVICE_NAME
+from headwater.endpoints import ENDPOINTS, SERVICE_NAME
 from headwater.ingest.admission.auth import Authenticator, TokenStore
 from headwater.ingest.admission.limits import (
     producer_queue_limits,
@@ -29,6 +35,7 @@ from headwater.ingest.rpc.reflection import enable_reflection
 from headwater.ingest.rpc.servicer import IngestServicer
 from headwater.ingest.rpc.tls import RotatingCertificates
 from headwater.ingest.settings import IngestSettings
+from headwater.ingest.writability import WritabilityWatch
 from headwater.ingest.writers.aiokafka_writer import AiokafkaWriter
 from headwater.ingest.writers.confluent_writer import ConfluentWriter
 from headwater.ingest.writers.protocol import RecordWriter
@@ -94,6 +101,10 @@ class IngestServer:
         self._health = health.aio.HealthServicer()
         self._servicer: IngestServicer | None = None
         self._connector: asyncio.Task[None] | None = None
+        #: The two facts health is made of (module docstring).
+        self._producer_ready = False
+        self._cluster_writable = True
+        self._watch: asyncio.Task[None] | None = None
         if isinstance(self.writer, ConfluentWriter):
             self.writer.on_fatal = self._writer_failed
 
@@ -161,11 +172,19 @@ class IngestServer:
             self.port = server.add_secure_port(s.listen_address, credentials)
         else:
             self.port = server.add_insecure_port(s.listen_address)
-        await self._set_health(_NOT_SERVING)
+        await self._publish_health()
         await server.start()
         self._server = server
         await self._start_health_server()
         self._connector = asyncio.create_task(self._connect_writer())
+        watch = WritabilityWatch(
+            s.kafka,
+            {ep.topic for ep in ENDPOINTS},
+            self._servicer.outcomes,
+            self._cluster_writability_changed,
+            self.telemetry.meter_provider.get_meter("headwater.ingest"),
+        )
+        self._watch = asyncio.create_task(watch.run())
         if self.commands is not None:
             self.commands.start()
         log.info(
@@ -198,9 +217,23 @@ class IngestServer:
         await server.start()
         self._health_server = server
 
-    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
-        for service in ("", SERVICE_NAME):
-            await self._health.set(service, status)
+    async def _publish_health(self) -> None:
+        """Set both health names from the producer's and the cluster's state."""
+        process = _SERVING if self._producer_ready else _NOT_SERVING
+        writes = _SERVING if self._producer_ready and self._cluster_writable else _NOT_SERVING
+        await self._health.set("", process)
+        await self._health.set(SERVICE_NAME, writes)
+
+    async def _cluster_writability_changed(self, writable: bool, reason: str) -> None:
+        """Turn ``SERVICE_NAME``'s health with the writes (the watch logged the reason)."""
+        self._cluster_writable = writable
+        log.warning(
+            "health of %s: %s",
+            SERVICE_NAME,
+            "SERVING, writes are acknowledged again" if writable else "NOT_SERVING",
+            extra={"reason": reason} if reason else {},
+        )
+        await self._publish_health()
 
     async def _connect_writer(self) -> None:
         """Connect the producer, retrying with backoff; SERVING once connected."""
@@ -217,7 +250,8 @@ class IngestServer:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-        await self._set_health(_SERVING)
+        self._producer_ready = True
+        await self._publish_health()
         log.info(
             "connected to Kafka; serving",
             extra={"bootstrap": self.settings.kafka.bootstrap_servers},
@@ -240,7 +274,8 @@ class IngestServer:
             "fatal Kafka producer error: NOT_SERVING while a new producer connects",
             extra={"error": reason},
         )
-        await self._set_health(_NOT_SERVING)
+        self._producer_ready = False
+        await self._publish_health()
         await self.writer.stop(timeout_s=1.0)
         await self._connect_writer()
 
@@ -260,6 +295,8 @@ class IngestServer:
         self._servicer.begin_drain()
         if self._connector:
             self._connector.cancel()
+        if self._watch:
+            self._watch.cancel()
         # The command parts stop beside the drain (command streams end with the server;
         # another replica reads and relays), so closing their consumers costs no extra time.
         commands_stopped = (

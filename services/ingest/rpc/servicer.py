@@ -39,6 +39,7 @@ from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result
 from headwater.ingest.status import to_rpc_status as rpc_status_of
+from headwater.ingest.writability import WriteOutcomes
 from headwater.ingest.write.frames import FrameWriter
 from headwater.ingest.write.messages import message_id_of
 from headwater.ingest.writers.protocol import RecordWriter
@@ -81,6 +82,11 @@ class IngestServicer:
             for ep in ENDPOINTS
             for name in (ep.publish_method, ep.stream_method)
         }
+
+    @property
+    def outcomes(self) -> WriteOutcomes:
+        """Whether this replica's writes reach Kafka (for its health)."""
+        return self._frames.outcomes
 
     def stream_slot(self, gateway: Gateway) -> contextlib.AbstractContextManager[None]:
         """Hold one of this replica's stream slots for ``gateway`` (other streaming RPCs)."""

@@ -43,6 +43,7 @@ from headwater.ingest.errors import (
 from headwater.ingest.metrics import IngestMetrics
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.status import BROKER_RETRY_DELAY_S, error_result, from_produce_error
+from headwater.ingest.writability import WriteOutcomes
 from headwater.ingest.write.messages import MessageChecks, message_id_of
 from headwater.ingest.write.trace_headers import trace_headers
 from headwater.ingest.write.validation import batch_size_limits
@@ -74,6 +75,8 @@ class FrameWriter:
         self._metrics = metrics
         self._checks = MessageChecks(settings.max_payload_bytes)
         self._min_batch = batch_size_limits()[0]
+        #: Whether frames reach Kafka, for the server's health (``writability.py``).
+        self.outcomes = WriteOutcomes()
         #: Requests between admission and their last ack wait (for the in-flight gauge).
         self.inflight_requests = 0
         # Parsing and queueing a request is the CPU-heavy part of a call. One event loop
@@ -234,7 +237,22 @@ class FrameWriter:
             # Only writes that all succeeded teach the deadline check how long one takes
             # now: timeouts during a broker stall must not make it refuse every call.
             self._admission.produce_time.record(produce_s)
+        self._note_outcome(failure, [results[i] for i, _, _ in pending])
         return [r for r in results if r is not None]
+
+    def _note_outcome(
+        self, failure: Exception | None, sent: list[api.MessageResult | None]
+    ) -> None:
+        """Tell ``outcomes`` whether Kafka took this frame's records (refusals not counted).
+
+        One record acknowledged is enough to count as writing: during a leader election
+        the other partitions still take records.
+        """
+        codes = [r.code if r is not None else 1 for r in sent]
+        if failure is not None or any(codes):
+            self.outcomes.failed()
+        if 0 in codes:
+            self.outcomes.succeeded()
 
     async def _issue(
         self,

@@ -9,6 +9,7 @@ member may commit or the log may move, so the subscriber checks again while it c
 from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber.errors import StartPointRequiredError
@@ -23,21 +24,17 @@ async def check_start_points(kafka: KafkaSettings, settings: SubscriberSettings)
     log end is found after the join, from the high watermark of a fetch: the embedded dev
     broker under-reports the log end asked for directly.
     """
+    client = kafka.aiokafka_config(f"headwater-subscriber-{settings.group_id}")
+    tps = await _partitions(client, settings.topics)
+    if not tps:
+        return  # topics not there yet: the consumer waits for them
     probe = AIOKafkaConsumer(
         group_id=settings.group_id,  # to read its offsets; it never joins (no subscribe)
         enable_auto_commit=False,
-        **kafka.aiokafka_config(f"headwater-subscriber-{settings.group_id}"),
+        **client,
     )
     await probe.start()
     try:
-        await probe.topics()  # loads metadata, so partitions_for_topic is known
-        tps = [
-            TopicPartition(topic, p)
-            for topic in settings.topics
-            for p in sorted(probe.partitions_for_topic(topic) or ())
-        ]
-        if not tps:
-            return  # topics not there yet: the consumer waits for them
         starts = await probe.beginning_offsets(tps)
         for tp in tps:
             committed = await probe.committed(tp)
@@ -57,3 +54,24 @@ async def check_start_points(kafka: KafkaSettings, settings: SubscriberSettings)
                 )
     finally:
         await probe.stop()
+
+
+async def _partitions(client: dict[str, object], topics: tuple[str, ...]) -> list[TopicPartition]:
+    """The partitions of ``topics`` that exist now.
+
+    Asked of an admin client: a consumer's ``topics()`` fetches metadata without keeping
+    it, so its ``partitions_for_topic`` stays empty until it subscribes (this check found
+    no partition, and never ran, until it asked here).
+    """
+    admin = AIOKafkaAdminClient(**client)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(list(topics))
+    finally:
+        await admin.close()
+    return [
+        TopicPartition(topic["topic"], p["partition"])
+        for topic in described
+        if topic["error_code"] == 0
+        for p in sorted(topic["partitions"], key=lambda p: p["partition"])
+    ]

@@ -36,6 +36,7 @@ from opentelemetry.metrics import Meter
 
 from headwater.kafka.settings import KafkaSettings
 from headwater.subscriber.errors import StartPointRequiredError
+from headwater.subscriber.leaders import LeaderMoves
 from headwater.subscriber.messages import Decoder, Delivery, Handler, M
 from headwater.subscriber.metrics import SubscriberMetrics
 from headwater.subscriber.parking import Parker
@@ -80,6 +81,7 @@ class Subscriber(Generic[M]):
         self._next: dict[TopicPartition, int] = {}
         # Bumped at every rebalance: a batch fetched before one is dropped, not handled.
         self._generation = 0
+        self._leader_moves = LeaderMoves(settings.group_id)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -141,7 +143,7 @@ class Subscriber(Generic[M]):
                     if stop.is_set() or self._revoking:
                         break
                     await self._handle_partition(consumer, parker, stop, tp, records)
-            self._update_lag(consumer)
+            self._after_poll(consumer)
 
     async def _handle_partition(
         self,
@@ -175,9 +177,12 @@ class Subscriber(Generic[M]):
             return
         self._next[tp] = done
 
-    def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
+    def _after_poll(self, consumer: AIOKafkaConsumer) -> None:
+        """Update the lag and tell leader moves (one line each) of the assigned partitions."""
+        assigned = consumer.assignment()
+        self._leader_moves.check(consumer._client.cluster, assigned)  # no public accessor
         # From the high watermark of the last fetch: exact on every broker we know.
-        for tp in consumer.assignment():
+        for tp in assigned:
             high, next_offset = consumer.highwater(tp), self._next.get(tp)
             if high is not None and next_offset is not None:
                 self.metrics.lag[(tp.topic, tp.partition)] = max(0, high - next_offset)
