@@ -14,9 +14,10 @@ of quix-streams' ``ConnectionConfig``, with the standard library only):
 - :meth:`Settings.markdown_table`: the documentation table (``scripts/settings_docs.py``
   writes it into the docs; a test fails when a table there is stale).
 
-An earlier name of a variable (:class:`Renamed`) is still read for one release; reading it
-logs a warning naming the new one. Secrets are kept out of ``repr`` and get no flag (a
-command line is visible to every user of the host).
+An earlier name of a variable (:class:`Renamed`), or an earlier flag, is still read for one
+release; reading it logs a warning naming the new one. An earlier duration written with a
+unit (``500ms``, ``30s``, ``10m``) is read as the seconds it says. Secrets are kept out of
+``repr`` and get no flag (a command line is visible to every user of the host).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -38,6 +40,9 @@ log = logging.getLogger("headwater.settings")
 _KEY = "headwater.setting"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+#: A duration as earlier names took it: a number with an optional unit (none: seconds).
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,19 @@ class Renamed:
     name: str
     #: What an old value is multiplied by, e.g. 0.001 for a ``_MS`` name of a seconds setting.
     scale: float = 1.0
+    #: The earlier form was a duration with a unit (``500ms``, ``30s``, ``10m``, ``1h``, ``2d``).
+    with_unit: bool = False
+    #: The earlier command-line flag, still taken (not shown by ``--help``); "": none.
+    flag: str = ""
+
+    def value(self, d: Declared, raw: str, label: str) -> Any:
+        """Return ``raw``, given in this earlier form, as the value of ``d``."""
+        if self.with_unit:
+            seconds = _duration(raw, label) * self.scale
+            return d.parse(f"{seconds:g}", label)
+        if self.scale == 1.0:
+            return d.parse(raw, label)
+        return d.parse(str(_parse(float, raw, label, None) * self.scale), label)
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,9 @@ class Settings:
             else:
                 metavar = d.flag[2:].upper().replace("-", "_")
                 parser.add_argument(d.flag, dest=d.field, metavar=metavar, help=text)
+            for old in d.spec.renamed:
+                if old.flag:
+                    parser.add_argument(old.flag, dest=_old_dest(old), help=argparse.SUPPRESS)
 
     @classmethod
     def from_args(
@@ -223,6 +244,8 @@ class Settings:
             value = getattr(args, d.field, None) if d.flag else None
             if value is not None:
                 flags[d.field] = value if isinstance(value, bool) else d.parse(value, d.flag)
+            elif (old := _renamed_flag_value(args, d)) is not None:
+                flags[d.field] = old
         return cls._build(env, flags, given)
 
     @classmethod
@@ -250,7 +273,9 @@ class Settings:
             if d.flag:
                 meaning += f"; flag `{d.flag}`"
             if d.spec.renamed:
-                old = ", ".join(f"`{r.name}`" for r in d.spec.renamed)
+                old = ", ".join(
+                    f"`{r.name}`" + (f", flag `{r.flag}`" if r.flag else "") for r in d.spec.renamed
+                )
                 meaning += f" (earlier name {old}: still read until the next release)"
             rows.append("| " + " | ".join([*name, variable, default, meaning]) + " |")
         return "\n".join(rows) + "\n"
@@ -310,11 +335,37 @@ def _renamed_value(env: Mapping[str, str], d: Declared) -> Any:
             d.variable,
             extra={"setting": d.variable, "deprecated": old.name},
         )
-        if old.scale == 1.0:
-            return d.parse(raw, old.name)
-        value = _parse(float, raw, old.name, None) * old.scale
-        return d.parse(str(value), old.name)
+        return old.value(d, raw, old.name)
     return None
+
+
+def _old_dest(old: Renamed) -> str:
+    """Where argparse keeps the value of an earlier flag."""
+    return "renamed_" + old.flag.lstrip("-").replace("-", "_")
+
+
+def _renamed_flag_value(args: argparse.Namespace, d: Declared) -> Any:
+    """The value of an earlier flag of ``d``, with a warning; None when none was given."""
+    for old in d.spec.renamed:
+        raw = getattr(args, _old_dest(old), None) if old.flag else None
+        if raw is None:
+            continue
+        log.warning(
+            "%s is deprecated: use %s instead (the earlier flag is taken until the next release)",
+            old.flag,
+            d.flag,
+            extra={"setting": d.variable, "deprecated": old.flag},
+        )
+        return old.value(d, raw, old.flag)
+    return None
+
+
+def _duration(raw: str, label: str) -> float:
+    """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
+    match = _DURATION.match(raw)
+    if not match:
+        raise SettingError(f"{label}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def _text(value: Any) -> str:
