@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from headwater.enricher.errors import EnricherError
 from headwater.runtime.settings import Renamed, Settings, setting
 
 #: A normalizer used more CPU time than the budget allows.
@@ -83,7 +84,7 @@ class Budget(Settings):
 
 
 class BudgetExceeded(BaseException):
-    """Over budget.
+    """Over budget: a signal interrupting a normalizer, not an error (outside the error root).
 
     A BaseException, so that a normalizer's ``except Exception`` (pint's parser wrappers, a
     plugin's own guard) cannot swallow the interruption.
@@ -96,7 +97,7 @@ class CpuBudgetExceeded(BudgetExceeded):
     """A normalizer call used more CPU time than ``Budget.cpu_seconds``."""
 
 
-class SizeBudgetExceeded(Exception):
+class SizeBudgetExceeded(EnricherError):
     """A payload or a normalized result larger than the size budget (raised by checks)."""
 
     reason = SIZE_REASON

@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.enricher.errors import EnricherError
+
 #: Canonical unit (the name written into events) -> pint unit, per quantity. Add a quantity
 #: here and to the list in proto/headwater/events/v1/event.proto together.
 CANONICAL: dict[str, str] = {
@@ -76,7 +78,7 @@ _STACKED = re.compile(r"(\*\*|\^)\s*-?\d+\s*(\*\*|\^)")
 _SHORT_EXPONENT = re.compile(r"\b(m|cm|mm|dm|km|ft|in)([23])\b")
 
 
-class UnitError(ValueError):
+class UnitError(EnricherError, ValueError):
     """A unit that cannot be converted; the message names the unit and why."""
 
 
