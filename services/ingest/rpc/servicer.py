@@ -101,7 +101,7 @@ class IngestServicer:
         methods: dict[str, grpc.RpcMethodHandler] = {}
         for ep in ENDPOINTS:
             methods[ep.publish_method] = grpc.stream_unary_rpc_method_handler(
-                functools.partial(self._publish, ep),
+                functools.partial(self.publish, ep),
                 request_deserializer=None,
                 response_serializer=ep.publish_response.SerializeToString,
             )
@@ -114,9 +114,18 @@ class IngestServicer:
 
     # --- RPCs -------------------------------------------------------------------------
 
-    async def _publish(
-        self, ep: Endpoint, _requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    async def publish(
+        self,
+        ep: Endpoint,
+        _requests: AsyncIterator[bytes] | None,
+        context: grpc.aio.ServicerContext,
     ) -> object:
+        """Serve one publish call of ``ep``: the handler gRPC calls, and a benchmark's entry.
+
+        The request is read from ``context`` (``context.read()``), never from ``_requests``
+        (gRPC's request iterator, unused: see :meth:`_read_request`), so a benchmark may call
+        it with None and a context of its own that hands over a request.
+        """
         started = time.perf_counter()
         attrs = {"endpoint": ep.name, "method": "publish", "code": "OK"}
         gateway: Gateway | None = None
