@@ -109,8 +109,8 @@ def test_the_earlier_duration_flags_are_taken_with_a_warning(
         s = EnricherSettings.from_args(args, {"HEADWATER_ENRICHER_DEDUP_WINDOW_SECONDS": "60"})
     assert (s.trigger_interval_seconds, s.dedup_window_seconds) == (0.5, 3600.0)
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
-        "--trigger-interval is deprecated: use --trigger-interval-seconds instead",
-        "--dedup-window is deprecated: use --dedup-window-seconds instead",
+        "--trigger-interval is deprecated: set --trigger-interval-seconds instead",
+        "--dedup-window is deprecated: set --dedup-window-seconds instead",
     ]
     new = _parse(["enricher", "run", "--trigger-interval-seconds", "2", "--trigger-interval", "1m"])
     assert EnricherSettings.from_args(new, {}).trigger_interval_seconds == 2.0

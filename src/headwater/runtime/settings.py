@@ -26,23 +26,19 @@ import argparse
 import dataclasses
 import logging
 import os
-import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, get_args, get_origin
 
-from headwater.runtime.env import SettingError, read_variable
+from headwater.runtime.env import SettingError, parse_duration, read_variable
 
 log = logging.getLogger("headwater.settings")
 
 _KEY = "headwater.setting"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-#: A duration as earlier names took it: a number with an optional unit (none: seconds).
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ class Renamed:
     def value(self, d: Declared, raw: str, label: str) -> Any:
         """Return ``raw``, given in this earlier form, as the value of ``d``."""
         if self.with_unit:
-            seconds = _duration(raw, label) * self.scale
+            seconds = parse_duration(raw, label) * self.scale
             return d.parse(f"{seconds:g}", label)
         if self.scale == 1.0:
             return d.parse(raw, label)
@@ -244,7 +240,7 @@ class Settings:
             value = getattr(args, d.field, None) if d.flag else None
             if value is not None:
                 flags[d.field] = value if isinstance(value, bool) else d.parse(value, d.flag)
-            elif (old := _renamed_flag_value(args, d)) is not None:
+            elif (old := _earlier_value(d, _earlier_flags(args, d))) is not None:
                 flags[d.field] = old
         return cls._build(env, flags, given)
 
@@ -302,7 +298,7 @@ class Settings:
                 values[d.field] = flags[d.field]
             elif raw:
                 values[d.field] = d.parse(raw, d.variable)
-            elif (old := _renamed_value(env, d)) is not None:
+            elif (old := _earlier_value(d, env)) is not None:
                 values[d.field] = old
             elif d.required:
                 missing.append(d)
@@ -323,19 +319,20 @@ def _suffix(field: str, spec: _Spec) -> str:
     return name[:-2] + "_SECONDS" if name.endswith("_S") else name
 
 
-def _renamed_value(env: Mapping[str, str], d: Declared) -> Any:
-    """The value under an earlier name of ``d``, with a warning; None when none is set."""
+def _earlier_value(d: Declared, given: Mapping[str, str]) -> Any:
+    """The value ``d`` was given under an earlier name or flag (warned); None when none was."""
     for old in d.spec.renamed:
-        raw = env.get(old.name, "").strip()
-        if not raw:
-            continue
-        log.warning(
-            "%s is deprecated: set %s instead (the earlier name is read until the next release)",
-            old.name,
-            d.variable,
-            extra={"setting": d.variable, "deprecated": old.name},
-        )
-        return old.value(d, raw, old.name)
+        for label, new in ((old.name, d.variable), (old.flag, d.flag)):
+            raw = given.get(label, "").strip() if label else ""
+            if raw:
+                log.warning(
+                    "%s is deprecated: set %s instead (the earlier name is read until the "
+                    "next release)",
+                    label,
+                    new,
+                    extra={"setting": d.variable, "deprecated": label},
+                )
+                return old.value(d, raw, label)
     return None
 
 
@@ -344,28 +341,10 @@ def _old_dest(old: Renamed) -> str:
     return "renamed_" + old.flag.lstrip("-").replace("-", "_")
 
 
-def _renamed_flag_value(args: argparse.Namespace, d: Declared) -> Any:
-    """The value of an earlier flag of ``d``, with a warning; None when none was given."""
-    for old in d.spec.renamed:
-        raw = getattr(args, _old_dest(old), None) if old.flag else None
-        if raw is None:
-            continue
-        log.warning(
-            "%s is deprecated: use %s instead (the earlier flag is taken until the next release)",
-            old.flag,
-            d.flag,
-            extra={"setting": d.variable, "deprecated": old.flag},
-        )
-        return old.value(d, raw, old.flag)
-    return None
-
-
-def _duration(raw: str, label: str) -> float:
-    """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
-    match = _DURATION.match(raw)
-    if not match:
-        raise SettingError(f"{label}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+def _earlier_flags(args: argparse.Namespace, d: Declared) -> dict[str, str]:
+    """``{earlier flag: value}`` of the earlier flags of ``d`` given on the command line."""
+    given = {old.flag: getattr(args, _old_dest(old), None) for old in d.spec.renamed if old.flag}
+    return {flag: value for flag, value in given.items() if value is not None}
 
 
 def _text(value: Any) -> str:
