@@ -22,7 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The files that hold settings tables.
-DOCS = ("README.md", "docs/gateway.md", "docs/subscribe.md", "docs/operations.md")
+DOCS = (
+    "README.md",
+    "docs/enricher.md",
+    "docs/gateway.md",
+    "docs/subscribe.md",
+    "docs/operations.md",
+)
 
 _BLOCK = re.compile(
     r"(?P<open><!-- settings: (?P<classes>[\w., ]+?)(?P<fields> fields)? -->\n)"

@@ -114,6 +114,51 @@ def test_no_production_module_imports_the_dev_stack_or_a_benchmark() -> None:
     assert production_imports_of_dev_tooling() == []
 
 
+def _dev_modules() -> Iterator[tuple[str, Path]]:
+    """Every module of the dev tooling (``dev/headwater_dev``) as (dotted name, file)."""
+    folder = ROOT / "dev" / "headwater_dev"
+    for path in sorted(folder.rglob("*.py")):
+        parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+        yield ".".join(["headwater_dev", *parts]), path
+
+
+def two_way_package_ties(modules: list[tuple[str, Path]]) -> list[tuple[str, str]]:
+    """Pairs of packages that import each other (a package and its own parent excepted)."""
+    package = {m: m if p.name == "__init__.py" else m.rsplit(".", 1)[0] for m, p in modules}
+    edges = set()
+    for module, path in modules:
+        for _, imported in _imports(module, path):
+            a, b = package[module], package.get(imported)
+            if b and a != b and not a.startswith(b + ".") and not b.startswith(a + "."):
+                edges.add((a, b))
+    return sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+
+
+def test_no_two_packages_import_each_other() -> None:
+    # A two-way tie means neither package can be read, tested or moved without the other;
+    # what both need belongs below both (as gateway.fields under app and connectors).
+    modules = [*_modules(), *_dev_modules()]
+    assert len(modules) > 200
+    assert two_way_package_ties(modules) == []
+
+
+def test_the_tie_check_finds_two_packages_importing_each_other(tmp_path: Path) -> None:
+    files = {
+        "p.a.x": "from p.b.y import thing\n",
+        "p.b.y": "def f():\n    from p.a import x\n",
+        "p.b.z": "import p.c.w\n",  # one way: no tie
+        "p.c.w": "from p.b import y\n",  # ...and back: a tie
+        "p.a.v": "from p import u\n",  # a parent: never a tie
+        "p.u": "from p.a import v\n",
+    }
+    modules = []
+    for name, text in files.items():
+        path = tmp_path / (name.replace(".", "_") + ".py")
+        path.write_text(text)
+        modules.append((name, path))
+    assert two_way_package_ties(modules) == [("p.a", "p.b"), ("p.b", "p.c")]
+
+
 def test_the_check_sees_production_modules_and_their_function_level_imports() -> None:
     modules = dict(_modules())
     assert {

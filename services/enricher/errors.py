@@ -1,19 +1,20 @@
-"""The errors of the enricher: one root, each carrying what an operator needs to act.
+"""The errors of the enricher: one root under Headwater's, each carrying what is needed to act.
 
-Bad *data* never raises (it becomes a dead letter); these errors are about configuration
-and the state of the log, and they stop the query on purpose.
+The errors here are about configuration and the state of the log: they stop the query on
+purpose. Bad *data* never stops it: the hop's errors (``NormalizeError``, ``MediaTypeError``,
+``UnitError``, ``SizeBudgetExceeded``) share this root but become dead letters where they
+are raised. A CPU budget interruption is no error but a signal (``hop.budget``).
 """
 
 from __future__ import annotations
 
 import re
 
+from headwater.errors import HeadwaterError
 
-class EnricherError(Exception):
-    """Root of every error the enricher raises."""
 
-    #: Running again later, unchanged, may succeed.
-    retriable: bool = False
+class EnricherError(HeadwaterError):
+    """Root of every error the enricher raises (``retriable``: running again may succeed)."""
 
 
 class StartingOffsetsRequiredError(EnricherError):

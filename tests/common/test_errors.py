@@ -62,21 +62,30 @@ def test_errors_callers_caught_as_builtins_still_are():
     assert CallFailedError.retriable is True
 
 
-#: The ingest service and the dev tooling (the enricher is converted on its own branch).
-SERVICE_PACKAGES = ("headwater.ingest", "headwater_dev")
-#: Not errors: control flow inside one module, never seen by a caller.
-SIGNALS = {"headwater_dev.devstack.supervisor._Stopped"}
+#: The services and the dev tooling.
+SERVICE_PACKAGES = ("headwater.ingest", "headwater.enricher", "headwater_dev")
+#: Not errors: control flow never seen by a caller (a stop; the CPU budget's interruption, a
+#: BaseException so that a normalizer's ``except Exception`` cannot swallow it).
+SIGNALS = {
+    "headwater_dev.devstack.supervisor._Stopped",
+    "headwater.enricher.hop.budget.BudgetExceeded",
+    "headwater.enricher.hop.budget.CpuBudgetExceeded",
+}
+#: Old import paths that warn when imported (they re-export, define nothing).
+DEPRECATED_PATHS = {"headwater.enricher.formats", "headwater.enricher.normalize"}
 
 
 def _modules_of(package: str) -> list[str]:
     path = importlib.import_module(package).__path__
-    return [package, *(m.name for m in pkgutil.walk_packages(path, package + "."))]
+    names = [package, *(m.name for m in pkgutil.walk_packages(path, package + "."))]
+    return [name for name in names if name not in DEPRECATED_PATHS]
 
 
-def test_the_ingest_service_and_dev_tooling_errors_are_headwater_errors():
+def test_the_services_and_dev_tooling_errors_are_headwater_errors():
     names = [name for package in SERVICE_PACKAGES for name in _modules_of(package)]
     errors = [cls for name in names for cls in _errors_defined_in(name)]
-    assert len(errors) >= 15, errors  # the walk sees them
+    assert len(errors) >= 25, errors  # the walk sees them
+    assert {"EnricherError", "NormalizeError", "UnitError"} <= {c.__name__ for c in errors}
     outside = [
         f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, HeadwaterError)
     ]
@@ -96,3 +105,20 @@ def test_the_ingest_and_dev_errors_callers_catch_as_builtins_still_are():
     assert ProduceError(Kind.RETRIABLE, "broker down").retriable is True
     assert ProduceError(Kind.TIMEOUT, "no ack").retriable is True
     assert ProduceError(Kind.TOO_LARGE, "too big").retriable is False
+
+
+def test_the_enricher_errors_keep_their_names_and_builtin_bases():
+    from headwater.enricher.errors import EnricherError, KafkaDeliveryError
+    from headwater.enricher.hop.budget import CpuBudgetExceeded, SizeBudgetExceeded
+    from headwater.enricher.hop.media_type import MediaTypeError
+    from headwater.enricher.hop.units import UnitError
+    from headwater.enricher.plugins import NormalizeError
+
+    assert issubclass(EnricherError, HeadwaterError)
+    for error in (NormalizeError, MediaTypeError, UnitError):
+        assert issubclass(error, EnricherError) and issubclass(error, ValueError), error
+    assert issubclass(SizeBudgetExceeded, EnricherError)
+    assert KafkaDeliveryError(1, "timed out").retriable is True
+    assert NormalizeError("PAYLOAD_INVALID", "bad").retriable is False
+    # The interruption stays out of reach of a normalizer's ``except Exception``.
+    assert not issubclass(CpuBudgetExceeded, Exception)

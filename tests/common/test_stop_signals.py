@@ -174,7 +174,7 @@ def _devstack_serve(kafka: str, tmp: Path) -> Command:
 
 
 def _enricher_run(kafka: str, tmp: Path) -> Command:
-    argv, env = enricher_command(kafka, make_topics(kafka), tmp, TRIGGER_INTERVAL="500ms")
+    argv, env = enricher_command(kafka, make_topics(kafka), tmp, TRIGGER_INTERVAL_SECONDS="0.5")
     return Command(argv, env=env, ready_text="enricher started", within_s=ENRICHER_STOP_WITHIN_S)
 
 

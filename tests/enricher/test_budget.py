@@ -8,6 +8,7 @@ process able to normalize the next message.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -118,7 +119,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def small_budget() -> Iterator[budgets.Budget]:
     b = budgets.Budget(
-        cpu_ms=50,
+        cpu_seconds=0.05,
         max_payload_bytes=4096,
         max_measurements=100,
         max_text_chars=64,
@@ -289,20 +290,37 @@ def test_sparkplug_caps_on_metrics_and_name_length(small_budget: budgets.Budget)
 
 def test_the_budget_is_read_from_the_environment() -> None:
     env = {
-        "HEADWATER_ENRICHER_NORMALIZE_CPU_MS": "20",
+        "HEADWATER_ENRICHER_NORMALIZE_CPU_SECONDS": "0.02",
         "HEADWATER_ENRICHER_NORMALIZE_MAX_PAYLOAD_BYTES": "1000",
         "HEADWATER_ENRICHER_NORMALIZE_MAX_MEASUREMENTS": "7",
         "HEADWATER_ENRICHER_NORMALIZE_MAX_TEXT_CHARS": "9",
         "HEADWATER_ENRICHER_SPARKPLUG_MAX_METRICS": "3",
         "HEADWATER_ENRICHER_SPARKPLUG_MAX_NAME_CHARS": "5",
     }
-    assert budgets.Budget.from_env(env) == budgets.Budget(20.0, 1000, 7, 9, 3, 5)
-    assert EnricherSettings.from_env(env).normalize_budget == budgets.Budget(20.0, 1000, 7, 9, 3, 5)
+    assert budgets.Budget.from_env(env) == budgets.Budget(0.02, 1000, 7, 9, 3, 5)
+    assert EnricherSettings.from_env(env).normalize_budget == budgets.Budget(0.02, 1000, 7, 9, 3, 5)
     assert budgets.Budget.from_env({}) == budgets.Budget()
+    with pytest.raises(
+        SettingError, match=r"NORMALIZE_CPU_SECONDS=0\.0005 must be at least 0\.001"
+    ):
+        budgets.Budget.from_env({"HEADWATER_ENRICHER_NORMALIZE_CPU_SECONDS": "0.0005"})
     with pytest.raises(SettingError, match="NORMALIZE_CPU_MS"):
         budgets.Budget.from_env({"HEADWATER_ENRICHER_NORMALIZE_CPU_MS": "0.5"})
     with pytest.raises(SettingError, match="SPARKPLUG_MAX_METRICS"):
         budgets.Budget.from_env({"HEADWATER_ENRICHER_SPARKPLUG_MAX_METRICS": "many"})
+
+
+def test_the_earlier_cpu_ms_name_is_read_as_seconds_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="headwater.settings"):
+        b = budgets.Budget.from_env({"HEADWATER_ENRICHER_NORMALIZE_CPU_MS": "20"})
+    assert b.cpu_seconds == pytest.approx(0.02)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        "HEADWATER_ENRICHER_NORMALIZE_CPU_MS is deprecated: "
+        "set HEADWATER_ENRICHER_NORMALIZE_CPU_SECONDS instead"
+    )
 
 
 def test_a_worker_without_configure_reads_the_environment(

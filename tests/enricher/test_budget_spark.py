@@ -34,7 +34,7 @@ def _spin_once(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
     for _ in batches:
         main = threading.current_thread() is threading.main_thread()
         try:
-            budget.call(budget.Budget(cpu_ms=30), spin)
+            budget.call(budget.Budget(cpu_seconds=0.03), spin)
             got = "returned"
         except budget.CpuBudgetExceeded:
             got = "interrupted"

@@ -44,7 +44,7 @@ def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
         master(kafka_bootstrap, topics, f"dev-{d}")
     msgs = [Msg(f"k{i}", f"dev-{i % 10}", ACME, acme(i, 50), i // 10 + 1) for i in range(300)]
     ingest(kafka_bootstrap, topics, msgs)
-    settings = {"MAX_RECORDS_PER_TRIGGER": "25", "TRIGGER_INTERVAL": "100ms"}
+    settings = {"MAX_RECORDS_PER_TRIGGER": "25", "TRIGGER_INTERVAL_SECONDS": "0.1"}
     reader = TopicReader(kafka_bootstrap, topics.completions)
     first = start_enricher(kafka_bootstrap, topics, tmp_path, "first.log", **settings)
     try:

@@ -303,3 +303,16 @@ def test_enricher_gets_starting_offsets_only_when_a_person_sets_them():
     assert "HEADWATER_ENRICHER_STARTING_OFFSETS" not in config({})
     explicit = config({"enricher": {"startingOffsets": "earliest"}})
     assert explicit["HEADWATER_ENRICHER_STARTING_OFFSETS"] == "earliest"
+
+
+@pytest.mark.parametrize(
+    ("interval", "seconds"),
+    [(None, 1.0), ("500ms", 0.5), ("3s", 3.0), ("2m", 120.0), ("1h", 3600.0)],
+)
+def test_the_trigger_interval_of_the_values_reaches_the_enricher_in_seconds(interval, seconds):
+    from headwater.enricher.driver.settings import EnricherSettings
+
+    values = {"enricher": {"triggerInterval": interval}} if interval else {}
+    data = one(render(values), "ConfigMap", f"{RELEASE}-headwater-enricher")["data"]
+    settings = EnricherSettings.from_env(data)  # as the pod reads it: the new name, a number
+    assert settings.trigger_interval_seconds == seconds

@@ -97,7 +97,16 @@ def test_a_deadline_is_a_timeout_and_anything_else_internal():
 @pytest.mark.parametrize(
     "module",
     # The one mapping to gRPC, the writer protocol, and everything that writes through it.
-    ["status.py", "writers/protocol.py", "write/frames.py", "write/messages.py", "rpc/servicer.py"],
+    [
+        "status.py",
+        "writers/protocol.py",
+        "write/frames.py",
+        "write/messages.py",
+        "rpc/servicer.py",
+        "rpc/calls.py",
+        "rpc/publish.py",
+        "rpc/streams.py",
+    ],
 )
 def test_only_the_writers_know_a_kafka_client(module):
     tree = ast.parse((SERVICE / module).read_text())

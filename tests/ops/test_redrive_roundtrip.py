@@ -48,9 +48,9 @@ def test_redrive_round_trip_through_the_enricher(kafka_bootstrap: str, tmp_path:
         topics,
         tmp_path,
         "enricher.log",
-        TRIGGER_INTERVAL="200ms",
+        TRIGGER_INTERVAL_SECONDS="0.2",
         MAX_ATTEMPTS="2",
-        RETRY_BACKOFF="200ms",
+        RETRY_BACKOFF_SECONDS="0.2",
     )
     done = TopicReader(kafka_bootstrap, topics.completions)
     letters = TopicReader(kafka_bootstrap, topics.deadletter)

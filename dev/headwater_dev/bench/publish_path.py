@@ -135,7 +135,7 @@ async def measure(
 async def _caller(servicer: IngestServicer, endpoint: Endpoint, queue: Iterator[bytes]) -> None:
     """Publish requests from the shared ``queue`` one call at a time until it is empty."""
     for request in queue:
-        await servicer._publish(endpoint, None, HandOver(request))  # type: ignore[arg-type]
+        await servicer.publish(endpoint, None, HandOver(request))  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,3 +1,14 @@
+{{/* A duration of the values ("500ms", "1s", "2m", "1h": the schema's "duration") in seconds,
+     as the enricher's _SECONDS settings take it. */}}
+{{- define "headwater.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "ms" $d -}}{{ divf (trimSuffix "ms" $d) 1000 }}
+{{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d }}
+{{- else if hasSuffix "m" $d -}}{{ mulf (trimSuffix "m" $d) 60 }}
+{{- else -}}{{ mulf (trimSuffix "h" $d) 3600 }}
+{{- end -}}
+{{- end -}}
+
 {{/* What the driver and the executors share: settings, Kafka secrets, checkpoint, security. */}}
 {{- define "headwater.enricher.podCommon" -}}
 {{- $e := .Values.enricher -}}

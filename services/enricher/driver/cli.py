@@ -9,27 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
-
-_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--checkpoint-location", "checkpoint_location", str, "HEADWATER_ENRICHER_CHECKPOINT_LOCATION"),
-    ("--starting-offsets", "starting_offsets", str, "HEADWATER_ENRICHER_STARTING_OFFSETS"),
-    (
-        "--max-records-per-trigger",
-        "max_records_per_trigger",
-        int,
-        "HEADWATER_ENRICHER_MAX_RECORDS_PER_TRIGGER",
-    ),
-    ("--trigger-interval", "trigger_interval_seconds", str, "HEADWATER_ENRICHER_TRIGGER_INTERVAL"),
-    ("--max-attempts", "max_attempts", int, "HEADWATER_ENRICHER_MAX_ATTEMPTS"),
-    ("--dedup-window", "dedup_window_seconds", str, "HEADWATER_ENRICHER_DEDUP_WINDOW"),
-    ("--topic-prefix", "topic_prefix", str, "HEADWATER_ENRICHER_TOPIC_PREFIX"),
-)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``enricher`` command group."""
     from headwater.enricher.driver.settings import EnricherSettings
+    from headwater.kafka.options import add_kafka_options
+    from headwater.runtime.logs import LogSettings
     from headwater.runtime.startup import EnvHelpFormatter, env_help
 
     enricher = subparsers.add_parser(
@@ -42,20 +28,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run the streaming query until stopped (SIGTERM/SIGINT) or --max-seconds",
         description=(
-            "Run the enricher. Settings come from the environment variables below "
-            "(docs/enricher.md explains each); flags override them; the standard OTEL_* "
+            "Run the enricher. Settings come from the flags and the environment variables "
+            "below (a flag wins; docs/enricher.md explains each); the standard OTEL_* "
             "variables configure telemetry. Needs Java 17 (JAVA_HOME or PATH). On exit one "
             "JSON summary line is printed to stdout; exits 2 with one line on stderr when it "
             "cannot start (a bad setting, no Java)."
         ),
-        epilog=env_help(EnricherSettings.from_env, extra={"HEADWATER_LOG_LEVEL": "INFO"}),
+        epilog=env_help(EnricherSettings.from_env, LogSettings.from_env),
         formatter_class=EnvHelpFormatter,
     )
-    run.add_argument(
-        "--bootstrap-servers", help="Kafka bootstrap servers (HEADWATER_KAFKA_BOOTSTRAP_SERVERS)"
-    )
-    for flag, _field, kind, env in _FLAGS:
-        run.add_argument(flag, type=kind, help=f"overrides {env}")
+    EnricherSettings.add_arguments(run)
+    add_kafka_options(run, topic_prefix=True)
     run.add_argument(
         "--max-seconds",
         type=float,
@@ -65,29 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_run)
 
 
-def settings_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> Any:
-    """Return EnricherSettings from the environment with the flags given applied on top."""
-    import os
-
-    from headwater.enricher.driver.settings import EnricherSettings
-
-    merged = dict(os.environ if env is None else env)
-    if args.bootstrap_servers:
-        merged["HEADWATER_KAFKA_BOOTSTRAP_SERVERS"] = args.bootstrap_servers
-    for flag, _field, _kind, name in _FLAGS:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
-        if value is not None:
-            merged[name] = str(value)
-    return EnricherSettings.from_env(merged)
-
-
 def _run(args: argparse.Namespace) -> int:
+    from headwater.enricher.driver.settings import EnricherSettings
     from headwater.runtime.logs import configure_logging
     from headwater.runtime.startup import require_java
 
     configure_logging()
     # SettingError and StartupError end in one line on stderr (headwater.cli.main).
-    settings = settings_from_args(args)
+    settings = EnricherSettings.from_args(args)
     # Spark starts its JVM deep inside pyspark, whose failure is a long traceback.
     require_java("the enricher (Spark)")
     from headwater.enricher.driver.runner import run_enricher

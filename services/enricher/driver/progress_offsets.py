@@ -187,7 +187,7 @@ class ProgressOffsetsListener(StreamingQueryListener):
 
 def from_settings(settings: EnricherSettings) -> ProgressOffsetsListener | None:
     """Return the listener for ``settings``, or None when the progress group is turned off."""
-    if not settings.progress_group:
+    if not settings.commit_group:
         return None
     config = settings.kafka.admin_config("headwater-enricher-progress")
-    return ProgressOffsetsListener(settings.progress_group, AdminCommitter(config))
+    return ProgressOffsetsListener(settings.commit_group, AdminCommitter(config))

@@ -1,130 +1,199 @@
-"""Settings of the enricher, read once from ``HEADWATER_ENRICHER_*`` variables.
+"""Settings of the enricher, declared once: read from ``HEADWATER_ENRICHER_*``, flags, docs.
 
-Every setting is in the table in ``docs/enricher.md``. Command-line flags override the
-environment (``cli.py`` applies them with :func:`dataclasses.replace`).
+The table in ``docs/enricher.md`` is generated from these declarations (``make docs``), and
+``headwater enricher run`` takes its flags from them. The Kafka connection and the topic
+prefix are the shared declarations of :mod:`headwater.kafka.options`; the normalize budget is
+:class:`~headwater.enricher.hop.budget.Budget`, which the Python workers read themselves.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
 from headwater.enricher.hop.budget import Budget
 from headwater.enricher.topics import EnricherTopics
+from headwater.kafka.options import TopicPrefix
 from headwater.kafka.settings import KafkaSettings
-from headwater.runtime.env import SettingError, env_int, env_str
+from headwater.runtime.env import SettingError
+from headwater.runtime.settings import Renamed, Settings, setting
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_P = "HEADWATER_ENRICHER_"
 
 #: The consumer group the enricher commits its progress to, for monitoring only
 #: (``progress_offsets.py``); ``headwater lag`` and ``headwater status`` read it by default.
 DEFAULT_PROGRESS_GROUP = "headwater-enricher"
 
-
-def parse_duration(name: str, raw: str) -> float:
-    """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
-    match = _DURATION.match(raw)
-    if not match:
-        raise SettingError(f"{name}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
-
-
-def _progress_group(raw: str) -> str:
-    """``HEADWATER_ENRICHER_PROGRESS_GROUP``: unset means the default, ``off`` means none."""
-    if not raw:
-        return DEFAULT_PROGRESS_GROUP
-    return "" if raw.lower() == "off" else raw
-
-
 #: A JVM heap size as Spark reads it (``2g``, ``1536m``).
 _JVM_MEMORY = re.compile(r"[1-9][0-9]*[kKmMgGtT]?")
 
 
-@dataclass(frozen=True)
-class EnricherSettings:
-    """Everything the enricher can be configured with (see docs/enricher.md)."""
+def _with_unit(name: str, flag: bool = False) -> tuple[Renamed, ...]:
+    """The earlier name of a seconds setting, which took a unit ("500ms", "1h"): one release."""
+    old_flag = "--" + name.lower().replace("_", "-") if flag else ""
+    return (Renamed(_P + name, with_unit=True, flag=old_flag),)
 
-    checkpoint_location: str = ".headwater/enricher/checkpoint"
-    #: "earliest" or "latest"; required when the checkpoint does not exist yet.
-    starting_offsets: str = ""
-    max_records_per_trigger: int = 20_000
-    trigger_interval_seconds: float = 1.0
-    max_attempts: int = 5
-    retry_backoff_seconds: float = 5.0
-    retry_backoff_max_seconds: float = 300.0
-    dedup_window_seconds: float = 3600.0
-    #: How long message ids are remembered at all: the gateways' 7-day retention plus an
-    #: hour (the JVM operator's Dedup). Not longer than the window: ids are kept for the
-    #: window only.
-    dedup_horizon_seconds: float = 7 * 86400.0 + 3600.0
-    #: The most quantities kept per device in the snapshot (state.devices.v1 latest_values).
-    max_latest_values: int = 100
-    #: The most bytes one device keeps parked waiting for master data (the JVM operator's
-    #: ``max_parked_bytes``); a message past it is a dead letter (PARKED_BYTES_LIMIT).
-    max_parked_bytes: int = 32 << 20
-    #: The heap of the driver, which runs the keyed state when Spark runs locally; a cluster
-    #: sets it with spark-submit (the chart's ``enricher.driver.memory``).
-    driver_memory: str = "2g"
-    spark_master: str = ""
-    shuffle_partitions: int = 4
-    metrics_port: int = 0
-    #: Consumer group the end offsets of each batch are committed to, for monitoring only
-    #: (restarts use the checkpoint); empty (``off`` in the environment): commit nothing.
-    progress_group: str = DEFAULT_PROGRESS_GROUP
+
+@dataclass(frozen=True)
+class EnricherSettings(Settings):
+    """Everything the enricher can be configured with (the table in docs/enricher.md)."""
+
+    env_prefix: ClassVar[str] = _P
+
+    checkpoint_location: str = setting(
+        ".headwater/enricher/checkpoint",
+        flag=True,
+        help="Spark checkpoint (offsets, keyed state): local directory, volume or object store "
+        "URL (`s3a://...`)",
+    )
+    starting_offsets: str = setting(
+        "",
+        choices=("earliest", "latest"),
+        flag=True,
+        help="where a query without a checkpoint starts. **Required when the checkpoint does "
+        "not exist yet**; ignored once it does. Never guessed",
+    )
+    max_records_per_trigger: int = setting(
+        20_000,
+        minimum=1,
+        flag=True,
+        help="admission control: records per micro-batch, shared fairly across partitions",
+    )
+    trigger_interval_seconds: float = setting(
+        1.0,
+        minimum=0,
+        unit="s",
+        flag=True,
+        help="micro-batch interval",
+        renamed=_with_unit("TRIGGER_INTERVAL", flag=True),
+    )
+    max_attempts: int = setting(
+        5,
+        minimum=1,
+        flag=True,
+        help="attempts for a message without master data before it is dead-lettered",
+    )
+    retry_backoff_seconds: float = setting(
+        5.0,
+        minimum=0,
+        unit="s",
+        help="first retry delay; doubles per attempt",
+        renamed=_with_unit("RETRY_BACKOFF"),
+    )
+    retry_backoff_max_seconds: float = setting(
+        300.0,
+        minimum=0,
+        unit="s",
+        help="cap of the retry delay",
+        renamed=_with_unit("RETRY_BACKOFF_MAX"),
+    )
+    dedup_window_seconds: float = setting(
+        3600.0,
+        minimum=1,
+        unit="s",
+        flag=True,
+        help="the recent tier of the dedup: ids first seen within it are checked with no extra "
+        "state call (20 bytes per id, in the device's one state value)",
+        renamed=_with_unit("DEDUP_WINDOW", flag=True),
+    )
+    #: The gateways' 7-day retention plus an hour (the JVM operator's Dedup). Not longer than
+    #: the window: ids are kept for the window only.
+    dedup_horizon_seconds: float = setting(
+        7 * 86400.0 + 3600.0,
+        minimum=0,
+        unit="s",
+        help="how long a repeated `message_id` of the same tenant and device is still a "
+        "DUPLICATE (7 days + 1 h: the gateways keep messages 7 days). Ids past the window move "
+        "to an older tier filed by device-time hour (8 bytes per id); see "
+        "[Dedup](#dedup-for-as-long-as-gateways-resend). Not above the window: the window is "
+        "the horizon",
+        renamed=_with_unit("DEDUP_HORIZON"),
+    )
+    max_latest_values: int = setting(
+        100,
+        minimum=1,
+        help="the most quantities a device snapshot keeps (`latest_values`; names over 128 "
+        "characters are never kept); measurements past the cap are counted in "
+        "`latest_values_dropped`, so device-chosen names cannot grow the state or the snapshot "
+        "record without bound",
+    )
+    max_parked_bytes: int = setting(
+        32 << 20,
+        minimum=1,
+        unit="bytes",
+        help="the most bytes (32 MiB) one device keeps parked waiting for master data; a "
+        "message past it is dead-lettered at once with reason `PARKED_BYTES_LIMIT`. See "
+        "[Parked messages](#parked-messages-passing-failures)",
+    )
+    driver_memory: str = setting(
+        "2g",
+        help="`spark.driver.memory` of a local run (`make run`, devstack), where the keyed state "
+        "runs in the driver; a cluster takes the chart's `enricher.driver.memory` / "
+        "`enricher.executor.memory` (2g each). See [Memory](#memory-of-the-keyed-state)",
+    )
+    spark_master: str = setting(
+        "", shown="(spark-submit's, else `local[*]`)", help="Spark master when run directly"
+    )
+    shuffle_partitions: int = setting(
+        4,
+        minimum=1,
+        help="`spark.sql.shuffle.partitions`: partitions of the keyed state. Fixed by the "
+        "checkpoint once started, so it bounds how far a cluster scales out; on one 2-core "
+        "machine 2 sustained 25% more than 4 "
+        "([benchmarks](benchmarks.md#the-jvm-state-operator-issue-27))",
+    )
+    metrics_port: int = setting(
+        0,
+        minimum=0,
+        help="Prometheus scrape port (`0`: off); OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` "
+        "is set (the other `OTEL_*` variables: "
+        "[operations.md](operations.md#opentelemetry-settings))",
+    )
+    progress_group: str = setting(
+        DEFAULT_PROGRESS_GROUP,
+        help="consumer group the end offsets of every finished batch are committed to, **for "
+        "monitoring only** (`headwater lag`, `headwater status`, Kafka lag exporters); the query "
+        "never reads them, restarts use the checkpoint; `off`: commit nothing "
+        "([operations.md](operations.md#enricher-lag))",
+    )
     #: What one message may cost the normalize step (budget.py; read again by each worker).
     normalize_budget: Budget = field(default_factory=Budget)
     topics: EnricherTopics = field(default_factory=EnricherTopics)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
+    @property
+    def commit_group(self) -> str:
+        """The group the progress is committed to; "" when turned off (``off``)."""
+        return "" if self.progress_group.lower() in ("", "off") else self.progress_group
+
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> EnricherSettings:
-        """Read the settings from the environment; raise SettingError on a bad value."""
-        env = os.environ if env is None else env
-        p = "HEADWATER_ENRICHER_"
-
-        def dur(name: str, default: float) -> float:
-            return parse_duration(p + name, env_str(env, p + name, str(default)))
-
-        settings = cls(
-            checkpoint_location=env_str(env, p + "CHECKPOINT_LOCATION", cls.checkpoint_location),
-            starting_offsets=env_str(env, p + "STARTING_OFFSETS", "").lower(),
-            max_records_per_trigger=env_int(
-                env, p + "MAX_RECORDS_PER_TRIGGER", cls.max_records_per_trigger, 1
-            ),
-            trigger_interval_seconds=dur("TRIGGER_INTERVAL", cls.trigger_interval_seconds),
-            max_attempts=env_int(env, p + "MAX_ATTEMPTS", cls.max_attempts, 1),
-            retry_backoff_seconds=dur("RETRY_BACKOFF", cls.retry_backoff_seconds),
-            retry_backoff_max_seconds=dur("RETRY_BACKOFF_MAX", cls.retry_backoff_max_seconds),
-            dedup_window_seconds=dur("DEDUP_WINDOW", cls.dedup_window_seconds),
-            dedup_horizon_seconds=dur("DEDUP_HORIZON", cls.dedup_horizon_seconds),
-            max_latest_values=env_int(env, p + "MAX_LATEST_VALUES", cls.max_latest_values, 1),
-            max_parked_bytes=env_int(env, p + "MAX_PARKED_BYTES", cls.max_parked_bytes, 1),
-            driver_memory=env_str(env, p + "DRIVER_MEMORY", cls.driver_memory),
-            spark_master=env_str(env, p + "SPARK_MASTER", ""),
-            shuffle_partitions=env_int(env, p + "SHUFFLE_PARTITIONS", cls.shuffle_partitions, 1),
-            metrics_port=env_int(env, p + "METRICS_PORT", 0),
-            progress_group=_progress_group(env_str(env, p + "PROGRESS_GROUP", "")),
-            normalize_budget=Budget.from_env(env),
-            topics=EnricherTopics.with_prefix(env_str(env, p + "TOPIC_PREFIX", "")),
-            kafka=KafkaSettings.from_env(env),
+    def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> Self:
+        """Read the settings, the budget, the topic prefix and Kafka's; SettingError if bad."""
+        given.setdefault("normalize_budget", Budget.from_env(env))
+        given.setdefault(
+            "topics", EnricherTopics.with_prefix(TopicPrefix.from_env(env).topic_prefix)
         )
-        settings.check()
-        return settings
+        given.setdefault("kafka", KafkaSettings.from_env(env))
+        return super().from_env(env, **given)
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] | None = None, **given: Any
+    ) -> Self:
+        """Read the settings as :meth:`from_env` does; the command's flags win."""
+        prefix = TopicPrefix.from_args(args, env).topic_prefix
+        given.setdefault("normalize_budget", Budget.from_env(env))
+        given.setdefault("topics", EnricherTopics.with_prefix(prefix))
+        given.setdefault("kafka", KafkaSettings.from_args(args, env))
+        return super().from_args(args, env, **given)
 
     def check(self) -> None:
-        """Raise SettingError when settings contradict each other."""
-        if self.starting_offsets not in ("", "earliest", "latest"):
-            raise SettingError(
-                f"HEADWATER_ENRICHER_STARTING_OFFSETS={self.starting_offsets!r}: use earliest "
-                "or latest"
-            )
-        if self.dedup_window_seconds < 1:
-            raise SettingError("HEADWATER_ENRICHER_DEDUP_WINDOW must be at least 1s")
+        """Raise SettingError on a value no single parse can refuse."""
         if not _JVM_MEMORY.fullmatch(self.driver_memory):
             raise SettingError(
-                f"HEADWATER_ENRICHER_DRIVER_MEMORY={self.driver_memory!r}: use a JVM size such "
+                f"{self.variable('driver_memory')}={self.driver_memory!r}: use a JVM size such "
                 "as 2g or 1536m"
             )

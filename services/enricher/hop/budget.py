@@ -15,13 +15,15 @@ thread (signals are delivered there only) the budget is a measured check after t
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+from headwater.enricher.errors import EnricherError
+from headwater.runtime.settings import Renamed, Settings, setting
 
 #: A normalizer used more CPU time than the budget allows.
 CPU_REASON = "NORMALIZE_BUDGET"
@@ -32,52 +34,57 @@ SPARKPLUG_REASON = "SPARKPLUG_LIMIT"
 #: Every budget reason (the metric ``normalize.budget_exceeded`` counts them).
 REASONS = frozenset({CPU_REASON, SIZE_REASON, SPARKPLUG_REASON})
 
-_ENV = "HEADWATER_ENRICHER_"
-
 
 @dataclass(frozen=True)
-class Budget:
+class Budget(Settings):
     """What one message may cost the normalize step (``HEADWATER_ENRICHER_NORMALIZE_*``)."""
 
-    #: CPU time one normalizer call may use, in ms (its thread's, not the wall clock).
-    cpu_ms: float = 100.0
-    #: Payload bytes a normalizer is given at all; the ingest contract's limit (256 KiB).
-    max_payload_bytes: int = 262_144
-    #: Measurements, definitions and pending readings one message may produce, together.
-    max_measurements: int = 10_000
-    #: Characters of any one string a normalizer returns (names, units, alarm texts).
-    max_text_chars: int = 1_024
-    #: Metrics in one Sparkplug B payload (a birth of a large node has a few thousand).
-    sparkplug_max_metrics: int = 5_000
-    #: Characters of one Sparkplug B metric name.
-    sparkplug_max_name_chars: int = 256
+    env_prefix: ClassVar[str] = "HEADWATER_ENRICHER_"
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Budget:
-        """Read the budget from ``HEADWATER_ENRICHER_NORMALIZE_*``; raise SettingError if bad."""
-        from headwater.runtime.env import env_float, env_int
-
-        env = os.environ if env is None else env
-        return cls(
-            cpu_ms=env_float(env, _ENV + "NORMALIZE_CPU_MS", cls.cpu_ms, 1.0),
-            max_payload_bytes=env_int(
-                env, _ENV + "NORMALIZE_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, 1
-            ),
-            max_measurements=env_int(
-                env, _ENV + "NORMALIZE_MAX_MEASUREMENTS", cls.max_measurements, 1
-            ),
-            max_text_chars=env_int(env, _ENV + "NORMALIZE_MAX_TEXT_CHARS", cls.max_text_chars, 1),
-            sparkplug_max_metrics=env_int(
-                env, _ENV + "SPARKPLUG_MAX_METRICS", cls.sparkplug_max_metrics, 1
-            ),
-            sparkplug_max_name_chars=env_int(
-                env, _ENV + "SPARKPLUG_MAX_NAME_CHARS", cls.sparkplug_max_name_chars, 1
-            ),
-        )
+    cpu_seconds: float = setting(
+        0.1,
+        minimum=0.001,
+        unit="s",
+        env="NORMALIZE_CPU_SECONDS",
+        help="CPU time one normalizer call may use (its thread's, not the wall clock; at least "
+        "0.001); over it the message is `NORMALIZE_BUDGET`. See "
+        "[Bounded work per message](#bounded-work-per-message)",
+        renamed=(Renamed("HEADWATER_ENRICHER_NORMALIZE_CPU_MS", scale=0.001),),
+    )
+    max_payload_bytes: int = setting(
+        262_144,
+        minimum=1,
+        env="NORMALIZE_MAX_PAYLOAD_BYTES",
+        help="payload bytes a normalizer is given at all (the ingest contract's limit); larger "
+        "is `NORMALIZE_TOO_LARGE`",
+    )
+    max_measurements: int = setting(
+        10_000,
+        minimum=1,
+        env="NORMALIZE_MAX_MEASUREMENTS",
+        help="measurements, metric definitions and pending readings one message may produce "
+        "together; more is `NORMALIZE_TOO_LARGE`",
+    )
+    max_text_chars: int = setting(
+        1_024,
+        minimum=1,
+        env="NORMALIZE_MAX_TEXT_CHARS",
+        help="characters of any one string a normalizer returns (names, units, alarm code and "
+        "text); longer is `NORMALIZE_TOO_LARGE`",
+    )
+    #: A birth of a large node has a few thousand.
+    sparkplug_max_metrics: int = setting(
+        5_000, minimum=1, help="metrics in one Sparkplug B payload; more is `SPARKPLUG_LIMIT`"
+    )
+    sparkplug_max_name_chars: int = setting(
+        256,
+        minimum=1,
+        help="characters of one Sparkplug B metric name; longer is `SPARKPLUG_LIMIT`",
+    )
 
 
 class BudgetExceeded(BaseException):
-    """Over budget.
+    """Over budget: a signal interrupting a normalizer, not an error (outside the error root).
 
     A BaseException, so that a normalizer's ``except Exception`` (pint's parser wrappers, a
     plugin's own guard) cannot swallow the interruption.
@@ -87,10 +94,10 @@ class BudgetExceeded(BaseException):
 
 
 class CpuBudgetExceeded(BudgetExceeded):
-    """A normalizer call used more CPU time than ``Budget.cpu_ms``."""
+    """A normalizer call used more CPU time than ``Budget.cpu_seconds``."""
 
 
-class SizeBudgetExceeded(Exception):
+class SizeBudgetExceeded(EnricherError):
     """A payload or a normalized result larger than the size budget (raised by checks)."""
 
     reason = SIZE_REASON
@@ -152,7 +159,7 @@ _MAIN = threading.main_thread()
 
 
 def call(budget: Budget, fn: Any, *args: Any) -> Any:
-    """Return ``fn(*args)``, run under ``budget.cpu_ms`` of CPU time (:func:`each` of one).
+    """Return ``fn(*args)``, run under ``budget.cpu_seconds`` of CPU time (:func:`each` of one).
 
     Raises:
         CpuBudgetExceeded: the call was interrupted (main thread), or took longer than the
@@ -183,7 +190,7 @@ def each(
     its result, and a new generator starts at the next item; one that ends early leaves
     each missing result a RuntimeError.
     """
-    limit = budget.cpu_ms / 1000.0
+    limit = budget.cpu_seconds
     count = len(items)
     out: list[Any] = []
     timed = threading.current_thread() is _MAIN and _timer.install()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from headwater.enricher.errors import EnricherError
+
 # RFC 9110 5.6.2: token = 1*tchar.
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _ESSENCE = re.compile(rf"({_TOKEN})/({_TOKEN})")
@@ -28,7 +30,7 @@ _CACHE_MAX = 1024
 MAX_LEN = 512
 
 
-class MediaTypeError(ValueError):
+class MediaTypeError(EnricherError, ValueError):
     """A ``content_type`` that is not a media type by RFC 9110's grammar."""
 
 

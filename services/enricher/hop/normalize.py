@@ -95,7 +95,7 @@ def normalize_batch(
                     budgets.SIZE_REASON,
                     "SizeBudgetExceeded",
                     f"payload of {len(payload)} bytes is over the normalize budget of "
-                    f"{b.max_payload_bytes} (HEADWATER_ENRICHER_NORMALIZE_MAX_PAYLOAD_BYTES)",
+                    f"{b.max_payload_bytes} ({b.variable('max_payload_bytes')})",
                 )
             else:
                 todo.append((i, payload))
@@ -152,7 +152,7 @@ def _columns_of(
             budgets.CPU_REASON,
             "CpuBudgetExceeded",
             f"normalizing {media.essence} (unit conversions included) took more than "
-            f"{b.cpu_ms:g} ms of CPU time (HEADWATER_ENRICHER_NORMALIZE_CPU_MS)",
+            f"{b.cpu_seconds * 1000:g} ms of CPU time ({b.variable('cpu_seconds')})",
         )
     except budgets.SizeBudgetExceeded as exc:
         return _err(budgets.SIZE_REASON, "SizeBudgetExceeded", str(exc))
@@ -190,7 +190,7 @@ def columns(n: Normalized, budget: budgets.Budget | None = None) -> dict[str, An
     if count > b.max_measurements:
         raise budgets.SizeBudgetExceeded(
             f"{count} measurements, definitions and readings are over the normalize budget of "
-            f"{b.max_measurements} (HEADWATER_ENRICHER_NORMALIZE_MAX_MEASUREMENTS)"
+            f"{b.max_measurements} ({b.variable('max_measurements')})"
         )
     limit = b.max_text_chars
     measurements = []
@@ -244,7 +244,7 @@ def _text(value: Any, limit: int) -> None:
     if isinstance(value, str) and len(value) > limit:
         raise budgets.SizeBudgetExceeded(
             f"a normalized text of {len(value)} characters ({value[:40]!r}...) is over the "
-            f"normalize budget of {limit} (HEADWATER_ENRICHER_NORMALIZE_MAX_TEXT_CHARS)"
+            f"normalize budget of {limit} ({budgets.Budget.variable('max_text_chars')})"
         )
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.enricher.errors import EnricherError
 from headwater.enricher.hop import unit_registry
 
 #: Canonical unit (the name written into events) -> pint unit, per quantity. Add a quantity
@@ -85,7 +86,7 @@ _STACKED = re.compile(r"(\*\*|\^)\s*-?\d+\s*(\*\*|\^)")
 _SHORT_EXPONENT = re.compile(r"\b(m|cm|mm|dm|km|ft|in)([23])\b")
 
 
-class UnitError(ValueError):
+class UnitError(EnricherError, ValueError):
     """A unit that cannot be converted; the message names the unit and why."""
 
 

@@ -11,7 +11,7 @@ One request (a publish call's body or one stream frame) goes through four steps:
 4. release: the bytes are given back once the producer is done with every record,
    acknowledged or failed, even after the call has answered.
 
-The RPC shapes (publish, stream) live in ``rpc/servicer.py``; it checks the deadline
+The RPC shapes live in ``rpc/publish.py`` and ``rpc/streams.py``; they check the deadline
 before a request comes here.
 """
 

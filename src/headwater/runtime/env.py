@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -11,6 +12,19 @@ from headwater.errors import HeadwaterError
 
 class SettingError(HeadwaterError, ValueError):
     """An environment variable holds a value that cannot be used."""
+
+
+#: A duration with an optional unit (none: seconds), as some earlier setting names took it.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(raw: str, label: str) -> float:
+    """Return ``raw`` ("250ms", "5s", "10m", "1h", "2d", or plain seconds) in seconds."""
+    match = _DURATION.match(raw)
+    if not match:
+        raise SettingError(f"{label}={raw!r} is not a duration (for example 500ms, 5s, 10m, 1h)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 #: While :func:`recording` runs: every variable read, with its default, in reading order.

@@ -14,9 +14,10 @@ of quix-streams' ``ConnectionConfig``, with the standard library only):
 - :meth:`Settings.markdown_table`: the documentation table (``scripts/settings_docs.py``
   writes it into the docs; a test fails when a table there is stale).
 
-An earlier name of a variable (:class:`Renamed`) is still read for one release; reading it
-logs a warning naming the new one. Secrets are kept out of ``repr`` and get no flag (a
-command line is visible to every user of the host).
+An earlier name of a variable (:class:`Renamed`), or an earlier flag, is still read for one
+release; reading it logs a warning naming the new one. An earlier duration written with a
+unit (``500ms``, ``30s``, ``10m``) is read as the seconds it says. Secrets are kept out of
+``repr`` and get no flag (a command line is visible to every user of the host).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, get_args, get_origin
 
-from headwater.runtime.env import SettingError, read_variable
+from headwater.runtime.env import SettingError, parse_duration, read_variable
 
 log = logging.getLogger("headwater.settings")
 
@@ -47,6 +48,19 @@ class Renamed:
     name: str
     #: What an old value is multiplied by, e.g. 0.001 for a ``_MS`` name of a seconds setting.
     scale: float = 1.0
+    #: The earlier form was a duration with a unit (``500ms``, ``30s``, ``10m``, ``1h``, ``2d``).
+    with_unit: bool = False
+    #: The earlier command-line flag, still taken (not shown by ``--help``); "": none.
+    flag: str = ""
+
+    def value(self, d: Declared, raw: str, label: str) -> Any:
+        """Return ``raw``, given in this earlier form, as the value of ``d``."""
+        if self.with_unit:
+            seconds = parse_duration(raw, label) * self.scale
+            return d.parse(f"{seconds:g}", label)
+        if self.scale == 1.0:
+            return d.parse(raw, label)
+        return d.parse(str(_parse(float, raw, label, None) * self.scale), label)
 
 
 @dataclass(frozen=True)
@@ -212,6 +226,9 @@ class Settings:
             else:
                 metavar = d.flag[2:].upper().replace("-", "_")
                 parser.add_argument(d.flag, dest=d.field, metavar=metavar, help=text)
+            for old in d.spec.renamed:
+                if old.flag:
+                    parser.add_argument(old.flag, dest=_old_dest(old), help=argparse.SUPPRESS)
 
     @classmethod
     def from_args(
@@ -223,6 +240,8 @@ class Settings:
             value = getattr(args, d.field, None) if d.flag else None
             if value is not None:
                 flags[d.field] = value if isinstance(value, bool) else d.parse(value, d.flag)
+            elif (old := _earlier_value(d, _earlier_flags(args, d))) is not None:
+                flags[d.field] = old
         return cls._build(env, flags, given)
 
     @classmethod
@@ -250,7 +269,9 @@ class Settings:
             if d.flag:
                 meaning += f"; flag `{d.flag}`"
             if d.spec.renamed:
-                old = ", ".join(f"`{r.name}`" for r in d.spec.renamed)
+                old = ", ".join(
+                    f"`{r.name}`" + (f", flag `{r.flag}`" if r.flag else "") for r in d.spec.renamed
+                )
                 meaning += f" (earlier name {old}: still read until the next release)"
             rows.append("| " + " | ".join([*name, variable, default, meaning]) + " |")
         return "\n".join(rows) + "\n"
@@ -277,7 +298,7 @@ class Settings:
                 values[d.field] = flags[d.field]
             elif raw:
                 values[d.field] = d.parse(raw, d.variable)
-            elif (old := _renamed_value(env, d)) is not None:
+            elif (old := _earlier_value(d, env)) is not None:
                 values[d.field] = old
             elif d.required:
                 missing.append(d)
@@ -298,23 +319,32 @@ def _suffix(field: str, spec: _Spec) -> str:
     return name[:-2] + "_SECONDS" if name.endswith("_S") else name
 
 
-def _renamed_value(env: Mapping[str, str], d: Declared) -> Any:
-    """The value under an earlier name of ``d``, with a warning; None when none is set."""
+def _earlier_value(d: Declared, given: Mapping[str, str]) -> Any:
+    """The value ``d`` was given under an earlier name or flag (warned); None when none was."""
     for old in d.spec.renamed:
-        raw = env.get(old.name, "").strip()
-        if not raw:
-            continue
-        log.warning(
-            "%s is deprecated: set %s instead (the earlier name is read until the next release)",
-            old.name,
-            d.variable,
-            extra={"setting": d.variable, "deprecated": old.name},
-        )
-        if old.scale == 1.0:
-            return d.parse(raw, old.name)
-        value = _parse(float, raw, old.name, None) * old.scale
-        return d.parse(str(value), old.name)
+        for label, new in ((old.name, d.variable), (old.flag, d.flag)):
+            raw = given.get(label, "").strip() if label else ""
+            if raw:
+                log.warning(
+                    "%s is deprecated: set %s instead (the earlier name is read until the "
+                    "next release)",
+                    label,
+                    new,
+                    extra={"setting": d.variable, "deprecated": label},
+                )
+                return old.value(d, raw, label)
     return None
+
+
+def _old_dest(old: Renamed) -> str:
+    """Where argparse keeps the value of an earlier flag."""
+    return "renamed_" + old.flag.lstrip("-").replace("-", "_")
+
+
+def _earlier_flags(args: argparse.Namespace, d: Declared) -> dict[str, str]:
+    """``{earlier flag: value}`` of the earlier flags of ``d`` given on the command line."""
+    given = {old.flag: getattr(args, _old_dest(old), None) for old in d.spec.renamed if old.flag}
+    return {flag: value for flag, value in given.items() if value is not None}
 
 
 def _text(value: Any) -> str:

@@ -579,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.5,
         help="the queries' trigger interval under offered load "
-        "(HEADWATER_ENRICHER_TRIGGER_INTERVAL; 0: back to back); the drain runs back to back",
+        "(HEADWATER_ENRICHER_TRIGGER_INTERVAL_SECONDS; 0: back to back); the drain runs "
+        "back to back",
     )
     parser.add_argument(
         "--floors",

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from headwater.enricher.errors import EnricherError
 from headwater.enricher.hop import units
 from headwater.enricher.hop.media_type import MediaType
 
 
-class NormalizeError(ValueError):
+class NormalizeError(EnricherError, ValueError):
     """A payload that does not match its format; ``reason`` is the dead-letter reason."""
 
     def __init__(self, reason: str, message: str) -> None:

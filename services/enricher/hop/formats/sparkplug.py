@@ -109,7 +109,7 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
         raise NormalizeError(
             budgets.SPARKPLUG_REASON,
             f"{len(p.metrics)} metrics in one payload are over the cap of "
-            f"{caps.sparkplug_max_metrics} (HEADWATER_ENRICHER_SPARKPLUG_MAX_METRICS)",
+            f"{caps.sparkplug_max_metrics} ({caps.variable('sparkplug_max_metrics')})",
         )
     max_name = caps.sparkplug_max_name_chars
     birth = message_type in BIRTHS
@@ -123,7 +123,7 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
             raise NormalizeError(
                 budgets.SPARKPLUG_REASON,
                 f"metrics[{i}]: a name of {len(m.name)} characters is over the cap of "
-                f"{max_name} (HEADWATER_ENRICHER_SPARKPLUG_MAX_NAME_CHARS)",
+                f"{max_name} ({caps.variable('sparkplug_max_name_chars')})",
             )
         if not m.name and alias is None:
             raise NormalizeError("PAYLOAD_INVALID", f"metrics[{i}]: neither name nor alias")

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater.gateway.app.fields import ConfigError, Fields
 from headwater.gateway.config import MAX_FRAME_MESSAGES, GatewayConfig, TlsConfig
 from headwater.gateway.connectors.base import FULL_POLICIES, FullPolicy
 from headwater.gateway.connectors.modbus_config import ModbusConfig, parse_modbus
 from headwater.gateway.connectors.mqtt_config import MqttConfig, parse_mqtt
 from headwater.gateway.connectors.opcua_config import OpcUaConfig, parse_opcua
+from headwater.gateway.fields import ConfigError, Fields
 from headwater.gateway.records import SpoolLimits
 
 __all__ = ["ConfigError", "GatewayFile", "load", "parse"]

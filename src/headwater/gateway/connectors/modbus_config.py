@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from headwater.gateway.app.fields import DEVICE_ID, Fields
+from headwater.gateway.fields import DEVICE_ID, Fields
 
 TABLES = ("holding", "input", "coil", "discrete")
 #: Data type -> registers it spans (coils and discrete inputs are one bit: "bool").

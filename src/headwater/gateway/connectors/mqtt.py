@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import aiomqtt
 
-from headwater.gateway.app.fields import DEVICE_ID
 from headwater.gateway.commands import RejectCommand
 from headwater.gateway.connectors import sparkplug
 from headwater.gateway.connectors.base import Backoff, Connector, Sink
 from headwater.gateway.connectors.mqtt_config import MqttConfig, TopicConfig
+from headwater.gateway.fields import DEVICE_ID
 from headwater.gateway.records import NewMessage
 from headwater.proto.commands.v1.command_pb2 import Command
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headwater.endpoints import NAMES as ENDPOINT_NAMES
-from headwater.gateway.app.fields import Fields
+from headwater.gateway.fields import Fields
 
 #: Topic levels a template may name: ``{0}`` is the first level of the topic.
 LEVEL_KEYS = tuple(str(i) for i in range(32))

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from headwater.gateway.app.fields import DEVICE_ID, Fields
+from headwater.gateway.fields import DEVICE_ID, Fields
 
 _NODE_ID = re.compile(r"^(ns=\d+;)?[isgb]=.+$")
 _FIELD = re.compile(r"^[A-Za-z0-9_.:/ -]{1,128}$")

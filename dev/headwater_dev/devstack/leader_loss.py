@@ -3,7 +3,8 @@
 Halfway through the traffic, the node leading the telemetry topic's partition 0 is
 SIGKILLed; once another node leads it, the lost node is started again and the run waits
 until every replica is back in sync. The summary then shows the fault beside the
-guarantees, which must all still PASS.
+guarantees, which must all still PASS. A part of the dev stack's run (``stack.py``), not of
+``headwater chaos``, which acts on a running stack from outside (``headwater_dev.chaos``).
 """
 
 from __future__ import annotations
