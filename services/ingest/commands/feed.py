@@ -34,7 +34,7 @@ _BATCH = 500
 
 
 class CommandFeed:
-    """Reads both topics into the book until cancelled (see the module docstring)."""
+    """Reads the three topics into the book and the leases until cancelled (module docstring)."""
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class CommandFeed:
         return True
 
     async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
-        """Assign every partition of both topics from the start; return the non-empty ends.
+        """Assign every partition of the three topics from the start; return the non-empty ends.
 
         Retried while the topics are missing or their partitions have no leader yet (just
         created, or a broker moving leaders): the book waits, ingest serves meanwhile.

@@ -23,7 +23,9 @@ Compaction keeps the last record of a key, which may be a record that was not ac
 (the loser of two claims). A reader that starts after compaction accepts the first record
 it reads, whatever its version. That is safe because a claim never extends
 ``sent_through`` (only renewals by the replica that holds the lease do): a losing claim
-carries the same reservations as the winner, and the versions that follow line up.
+carries the same reservations as the winner, and the versions that follow line up. A
+refused renewal kept that way reserves commands its replica did not send (it sends only
+what an accepted record covers): they wait for that gateway or expire, never run twice.
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ class CommandSettings(Settings):
         "(`headwater topics ensure`)",
     )
     #: The reports topic has none: it is an endpoint's, see headwater.endpoints.
-    topic_prefix: str = setting("", help="prefix of `commands.v1` and `command-status.v1`")
+    topic_prefix: str = setting(
+        "", help="prefix of `commands.v1`, `command-status.v1` and `command-owners.v1`"
+    )
     #: Every replica joins it, so each report is relayed once.
     relay_group: str = setting(
         "headwater-ingest-command-relay",
