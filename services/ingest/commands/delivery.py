@@ -253,9 +253,11 @@ class CommandDelivery:
                 reserved = self._owners.gateway_of(device, entry.offset)
                 if reserved is None:
                     # A new command: only from the replica holding the device's lease for
-                    # this gateway, reserved (a window's worth at a time) before it is sent.
-                    # Not the owner: woken again when the lease changes or lapses.
-                    through = waiting[min(index + stream.max_unacked, len(waiting)) - 1].offset
+                    # this gateway, reserved before it is sent, as many at a time as the
+                    # window has room for (reserved and not sent only if the stream ends
+                    # meanwhile). Not the owner: woken again when the lease changes or lapses.
+                    room = max(1, stream.max_unacked - len(stream.unacked))
+                    through = waiting[min(index + room, len(waiting)) - 1].offset
                     if not await self._owners.cover(device, gateway_id, through):
                         break
                 elif reserved != gateway_id:

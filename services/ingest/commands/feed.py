@@ -209,8 +209,8 @@ class CommandFeed:
 
     def _read_lease(self, msg: Any) -> None:
         try:
-            lease = Lease.decode(msg.key() or b"", msg.value())
-        except (ValueError, KeyError, TypeError):
+            lease = Lease.decode(msg.value())
+        except DecodeError:
             log.warning(
                 "skipping a record that is not a device commands lease",
                 extra={"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()},

@@ -30,10 +30,10 @@ what an accepted record covers): they wait for that gateway or expire, never run
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from headwater.topics import scoped_key, split_scoped_key
+from headwater.proto.commands.v1.command_lease_pb2 import CommandLease
+from headwater.topics import scoped_key
 
 from .book import DeviceKey
 
@@ -69,29 +69,28 @@ class Lease:
         return scoped_key(*self.device).encode()
 
     def encode(self) -> bytes:
-        """The record value (JSON: an internal topic, read only by ingest replicas)."""
-        return json.dumps(
-            {
-                "version": self.version,
-                "gateway_id": self.gateway_id,
-                "replica": self.replica,
-                "sent_through": self.sent_through,
-                "reserved": [list(r) for r in self.reserved],
-                "released": self.released,
-            },
-            separators=(",", ":"),
-        ).encode()
+        """The record value: a ``headwater.commands.v1.CommandLease``."""
+        return CommandLease(
+            tenant=self.device[0],
+            device_id=self.device[1],
+            version=self.version,
+            gateway_id=self.gateway_id,
+            replica=self.replica,
+            sent_through=self.sent_through,
+            reserved=[CommandLease.Reservation(gateway_id=g, through=t) for g, t in self.reserved],
+            released=self.released,
+        ).SerializeToString()
 
     @classmethod
-    def decode(cls, key: bytes, value: bytes) -> Lease:
-        """Read a record; ValueError (or KeyError, TypeError) if it is not a lease."""
-        data = json.loads(value)
+    def decode(cls, value: bytes) -> Lease:
+        """Read a record value; DecodeError if it is not a CommandLease."""
+        record = CommandLease.FromString(value)
         return cls(
-            split_scoped_key(key.decode()),
-            int(data["version"]),
-            str(data["gateway_id"]),
-            str(data["replica"]),
-            int(data["sent_through"]),
-            tuple((str(g), int(t)) for g, t in data["reserved"]),
-            bool(data["released"]),
+            (record.tenant, record.device_id),
+            record.version,
+            record.gateway_id,
+            record.replica,
+            record.sent_through,
+            tuple((r.gateway_id, r.through) for r in record.reserved),
+            record.released,
         )
