@@ -90,7 +90,7 @@ async def test_a_renewed_lease_is_kept_and_a_released_one_goes_to_its_own_gatewa
             await asyncio.sleep(grace_s / 4 + 0.05)
             assert not await two.cover(DEVICE, "gw-a2", 3)
         assert one.valid(DEVICE, "gw-a", 3)
-        one.disconnected("gw-a")  # its stream closed: released at the next renewal
+        one.disconnected("gw-a")  # its last stream closed: released at once
         for _ in range(50):
             if log.records[-1].released:
                 break

@@ -13,7 +13,7 @@ replica holding it sends the device's new commands, to the lease's gateway:
 - **renew**: the holder renews every quarter of the grace while the owner's stream is
   open here, and before it sends commands beyond the lease's ``sent_through`` (written
   first, so a failover knows what may be in the owner's spool);
-- **release**: when the owner's last stream here has closed (and when the replica stops);
+- **release**: as the owner's last stream here closes (and when the replica stops);
   the owner may take the lease again at once from any replica, another gateway only after
   the grace (a restart, a blip keep the device on one spool);
 - **fencing**: the holder sends only while the lease is its own in the log (a record of
@@ -87,6 +87,8 @@ class OwnerBook:
         self._timers: dict[DeviceKey, asyncio.TimerHandle] = {}
         #: Set when the replica stops: it claims nothing more.
         self._stopping = False
+        #: Releases under way (referenced until done).
+        self._releasing: set[asyncio.Task[None]] = set()
 
     @property
     def size(self) -> int:
@@ -119,10 +121,17 @@ class OwnerBook:
         self._streams[gateway_id] += 1
 
     def disconnected(self, gateway_id: str) -> None:
-        """A command stream of ``gateway_id`` closed here (its leases: released soon)."""
+        """A command stream of ``gateway_id`` closed here: if its last, release its leases."""
         self._streams[gateway_id] -= 1
-        if self._streams[gateway_id] <= 0:
-            del self._streams[gateway_id]
+        if self._streams[gateway_id] > 0:
+            return
+        del self._streams[gateway_id]
+        # At once, not at the next renewal: the grace of a failover counts from the release.
+        for device, held in list(self._held.items()):
+            if held.lease.gateway_id == gateway_id:
+                task = asyncio.get_running_loop().create_task(self._release(device))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
 
     def read(self, lease: Lease) -> None:
         """Take a record of command-owners.v1 into account, in log order."""
@@ -243,12 +252,14 @@ class OwnerBook:
 
     async def _release(self, device: DeviceKey) -> None:
         async with self._lock(device):
-            held = self._held.pop(device, None)  # nothing is sent from here on
-            if held is not None:
-                released = dataclasses.replace(
-                    held.lease, version=held.lease.version + 1, released=True
-                )
-                await self._put(released)
+            held = self._held.get(device)
+            if held is None or (held.lease.gateway_id in self._streams and not self._stopping):
+                return  # its gateway is back meanwhile: it keeps the lease
+            del self._held[device]  # nothing is sent from here on
+            released = dataclasses.replace(
+                held.lease, version=held.lease.version + 1, released=True
+            )
+            await self._put(released)
 
     async def _put(self, lease: Lease) -> bool:
         """Write ``lease`` and wait to read it back; True if it was accepted (held now)."""
