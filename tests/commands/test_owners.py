@@ -123,3 +123,16 @@ def test_a_lease_record_reads_back_as_written():
     assert lease.key() == b"acme/acme-001"
     assert lease.follows(Lease(DEVICE, 6, "gw-z", "r2")) and lease.follows(None)
     assert not lease.follows(lease)
+
+
+async def test_a_lease_that_cannot_be_written_is_not_held_and_the_device_is_looked_at_again():
+    async def broken(_lease: Lease) -> asyncio.Future[None]:
+        raise RuntimeError("broker unreachable")
+
+    woken: list[tuple[str, str]] = []
+    owners = OwnerBook(GRACE_S, "r1", broken, lambda _d: 0)
+    owners.on_wake = woken.append
+    assert not await owners.cover(DEVICE, "gw-a", 1)
+    assert owners.size == 0 and not owners.valid(DEVICE, "gw-a", 1)
+    await asyncio.sleep(1.1)  # nothing else would wake the device's streams
+    assert woken == [DEVICE]
