@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib import resources
 
+from headwater.proto.commands.v1.command_lease_pb2 import CommandLease
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
@@ -24,6 +25,7 @@ from headwater.proto.events.v1.event_pb2 import Alarm, Event, Measurement, Sever
 from headwater.proto.events.v1.parked_message_pb2 import ParkedMessage
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
     COMMAND_REPORTS_TOPIC,
     COMMAND_STATUS_TOPIC,
     COMMANDS_TOPIC,
@@ -72,6 +74,8 @@ TOPIC_MESSAGES: dict[str, str] = {
     COMMAND_REPORTS_TOPIC: DeviceMessage.DESCRIPTOR.full_name,
     COMMANDS_TOPIC: Command.DESCRIPTOR.full_name,
     COMMAND_STATUS_TOPIC: CommandStatus.DESCRIPTOR.full_name,
+    # Internal to ingest (which gateway owns a device's commands); described all the same.
+    COMMAND_OWNERS_TOPIC: CommandLease.DESCRIPTOR.full_name,
 }
 
 

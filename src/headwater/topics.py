@@ -29,6 +29,9 @@ MASTER_DEVICES_TOPIC = "master.devices.v1"
 COMMANDS_TOPIC = "commands.v1"
 #: Every state change of every command (CommandStatus), keyed as COMMANDS_TOPIC.
 COMMAND_STATUS_TOPIC = "command-status.v1"
+#: Each device's commands lease (which gateway owns its commands), keyed as COMMANDS_TOPIC;
+#: compacted, read by every ingest replica (docs/commands.md#one-gateway-per-device).
+COMMAND_OWNERS_TOPIC = "command-owners.v1"
 
 
 def scoped_key(tenant: str, device_id: str) -> str:
@@ -77,6 +80,6 @@ def all_topics(partitions: int = 6, replication_factor: int = 3) -> list[TopicSp
     specs = [TopicSpec(n, partitions, replication_factor, dict(deleting)) for n in names]
     specs += [
         TopicSpec(n, partitions, replication_factor, dict(_COMPACTED))
-        for n in (DEVICE_STATE_TOPIC, MASTER_DEVICES_TOPIC)
+        for n in (DEVICE_STATE_TOPIC, MASTER_DEVICES_TOPIC, COMMAND_OWNERS_TOPIC)
     ]
     return specs

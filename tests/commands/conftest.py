@@ -14,6 +14,7 @@ from headwater.kafka.settings import KafkaSettings
 from headwater.master.store import write
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
     COMMAND_REPORTS_TOPIC,
     COMMAND_STATUS_TOPIC,
     COMMANDS_TOPIC,
@@ -42,6 +43,10 @@ class CommandTopics:
         return self.prefix + COMMAND_STATUS_TOPIC
 
     @property
+    def owners(self) -> str:
+        return self.prefix + COMMAND_OWNERS_TOPIC
+
+    @property
     def master(self) -> str:
         return self.prefix + MASTER_DEVICES_TOPIC
 
@@ -62,6 +67,7 @@ def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
         [
             TopicSpec(topics.commands, 3, 1),
             TopicSpec(topics.status, 3, 1),
+            TopicSpec(topics.owners, 3, 1, {"cleanup.policy": "compact"}),
             TopicSpec(topics.master, 1, 1, {"cleanup.policy": "compact"}),
         ],
     )

@@ -50,12 +50,19 @@ async def wait_for_states(
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    target: str, spool_path: Path, handler: CommandHandler, gateway: str = "gw-a"
+    target: str,
+    spool_path: Path,
+    handler: CommandHandler,
+    gateway: str = "gw-a",
+    token: str | None = None,
 ) -> AsyncIterator[GatewayClient]:
-    """A gateway client with a command handler, running until the block ends."""
+    """A gateway client with a command handler, running until the block ends.
+
+    ``token``: for a gateway the tests add to the tokens file (default: ``TOKENS[gateway]``).
+    """
     config = GatewayConfig(
         target=target,
-        token=TOKENS[gateway],
+        token=token or TOKENS[gateway],
         call_timeout_s=5.0,
         backoff_initial_s=0.05,
         backoff_max_s=0.5,

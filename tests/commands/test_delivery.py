@@ -531,7 +531,13 @@ async def test_the_feed_reads_the_commands_written_so_far_when_asked(command_top
     from headwater.ingest.commands.feed import CommandFeed
 
     book = CommandBook()
-    feed = CommandFeed(command_topics.kafka, book, command_topics.commands, command_topics.status)
+    feed = CommandFeed(
+        command_topics.kafka,
+        book,
+        command_topics.commands,
+        command_topics.status,
+        command_topics.owners,
+    )
     task = asyncio.create_task(feed.run())
     try:
         await asyncio.wait_for(feed.caught_up.wait(), 30)

@@ -17,7 +17,13 @@ from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.master.store import write
 from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
-from headwater.topics import COMMAND_STATUS_TOPIC, COMMANDS_TOPIC, MASTER_DEVICES_TOPIC, TopicSpec
+from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
+    MASTER_DEVICES_TOPIC,
+    TopicSpec,
+)
 from tests.support.ingest import TOKENS
 
 from .conftest import CommandTopics
@@ -44,6 +50,7 @@ def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
         [
             TopicSpec(COMMANDS_TOPIC, 3, 1),
             TopicSpec(COMMAND_STATUS_TOPIC, 3, 1),
+            TopicSpec(COMMAND_OWNERS_TOPIC, 3, 1, {"cleanup.policy": "compact"}),
             TopicSpec(MASTER_DEVICES_TOPIC, 1, 1, {"cleanup.policy": "compact"}),
         ],
     )

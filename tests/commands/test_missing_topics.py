@@ -36,7 +36,11 @@ async def test_ingest_starts_without_command_topics_and_delivers_once_created(
     assert not task.done()  # serving, but the command book waits for its topics
     ensure_topics(
         command_topics.kafka.bootstrap_servers,
-        [TopicSpec(command_topics.commands, 3, 1), TopicSpec(command_topics.status, 3, 1)],
+        [
+            TopicSpec(command_topics.commands, 3, 1),
+            TopicSpec(command_topics.status, 3, 1),
+            TopicSpec(command_topics.owners, 3, 1, {"cleanup.policy": "compact"}),
+        ],
     )
     ingest = await asyncio.wait_for(task, 60)
     stream = RawStream(f"127.0.0.1:{ingest.port}")

@@ -31,8 +31,8 @@ def test_book_keeps_device_order_and_drops_repeats():
     woken = []
     book.on_added = woken.append
     for i in (3, 1, 2):
-        assert book.add(command(f"c{i}"))
-    assert not book.add(command("c1"))  # the same id again: one command
+        assert book.add(command(f"c{i}"), 0)
+    assert not book.add(command("c1"), 0)  # the same id again: one command
     assert [e.command.command_id for e in book.waiting(("acme", "d1"))] == ["c3", "c1", "c2"]
     assert woken == [("acme", "d1")] * 3
 
@@ -40,16 +40,16 @@ def test_book_keeps_device_order_and_drops_repeats():
 def test_delivered_ids_are_remembered_within_a_bound():
     book = CommandBook(remembered_ids=2)
     for i in range(3):
-        book.add(command(f"c{i}"))
+        book.add(command(f"c{i}"), 0)
         book.finish(("acme", "d1", f"c{i}"), S.COMMAND_STATE_DELIVERED)
     assert not book.known(("acme", "d1", "c0"))  # forgotten: the oldest first
     assert book.known(("acme", "d1", "c2")) and book.size == 0
-    assert not book.add(command("c2")) and book.add(command("c0"))
+    assert not book.add(command("c2"), 0) and book.add(command("c0"), 0)
 
 
 def test_statuses_take_commands_out_only_from_delivered_on():
     book = CommandBook()
-    book.add(command("c1"))
+    book.add(command("c1"), 0)
     book.apply(
         CommandStatus(command_id="c1", tenant="acme", device_id="d1", state=S.COMMAND_STATE_QUEUED)
     )
@@ -64,9 +64,9 @@ def test_statuses_take_commands_out_only_from_delivered_on():
 
 def test_expired_commands_come_out_in_expiry_order_and_only_once():
     book = CommandBook()
-    book.add(command("late", ttl_ms=-10))
-    book.add(command("later", ttl_ms=-5))
-    book.add(command("fine"))
+    book.add(command("late", ttl_ms=-10), 0)
+    book.add(command("later", ttl_ms=-5), 0)
+    book.add(command("fine"), 0)
     book.finish(("acme", "d1", "later"), S.COMMAND_STATE_DELIVERED)  # delivered first
     gone = book.take_expired(int(time.time() * 1000))
     assert [e.command.command_id for e in gone] == ["late"]
@@ -115,7 +115,7 @@ class StandInFeed:
     async def read_commands_to_end(self) -> bool:
         self.asked += 1
         for c in self._arrives:
-            self._book.add(c)
+            self._book.add(c, 0)
         return True
 
 
@@ -155,7 +155,7 @@ def executed(command_id: str, **kw) -> CommandStatus:
 
 async def test_relay_checks_every_report():
     book = CommandBook()
-    book.add(command("c1"))
+    book.add(command("c1"), 0)
     relay, seen, feed, writer = relay_with(book)
     cases = {
         "DEVICE_MISMATCH": record(executed("c1"), device="d2"),
@@ -248,7 +248,7 @@ async def test_the_feed_says_so_when_it_cannot_read_to_the_end_in_time():
     from headwater.ingest.commands.feed import CommandFeed
     from headwater.kafka.settings import KafkaSettings
 
-    feed = CommandFeed(KafkaSettings(bootstrap_servers="127.0.0.1:1"), CommandBook(), "c", "s")
+    feed = CommandFeed(KafkaSettings(bootstrap_servers="127.0.0.1:1"), CommandBook(), "c", "s", "o")
     started = time.monotonic()
     assert await feed.read_commands_to_end(within_s=0.3) is False
     assert time.monotonic() - started < 2.0
@@ -263,27 +263,3 @@ def test_an_empty_bootstrap_variable_means_the_default_broker(monkeypatch):
     monkeypatch.setenv("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "")
     args = build_parser().parse_args(["command", "status", "c-1"])
     assert kafka_from_args(args).bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS
-
-
-def test_one_owner_per_device_keeps_it_while_connected_and_fails_over_after_the_grace():
-    from headwater.ingest.commands.owners import OwnerBook
-
-    now = [100.0]
-    changes: list[tuple[str, str]] = []
-    owners = OwnerBook(5.0, lambda _d, old, new: changes.append((old, new)), lambda: now[0])
-    device = ("acme", "acme-001")
-    assert owners.claim(device, "gw-a")  # the first takes it
-    assert not owners.claim(device, "gw-a2")  # the other is refused while gw-a is connected
-    owners.disconnected("gw-a")
-    now[0] += 4.9
-    assert not owners.claim(device, "gw-a2")  # within the grace: still gw-a's
-    owners.connected("gw-a")  # back within the grace: keeps it
-    now[0] += 10
-    assert not owners.claim(device, "gw-a2")
-    assert owners.owner(device) == "gw-a"
-    owners.disconnected("gw-a")
-    now[0] += 5.0
-    assert owners.claim(device, "gw-a2")  # failover
-    assert not owners.claim(device, "gw-a")  # the old owner does not take it back
-    assert changes == [("", "gw-a"), ("gw-a", "gw-a2")]
-    assert owners.owner(device) == "gw-a2" and owners.size == 1

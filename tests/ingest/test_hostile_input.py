@@ -41,6 +41,7 @@ from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.runtime.telemetry import create_telemetry
 from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
     COMMAND_REPORTS_TOPIC,
     COMMAND_STATUS_TOPIC,
     COMMANDS_TOPIC,
@@ -90,7 +91,10 @@ def channel(kafka_bootstrap, ingest_topics, tmp_path_factory) -> Iterator[grpc.C
     prefix = f"hostile{uuid.uuid4().hex[:8]}."
     ensure_topics(
         kafka_bootstrap,
-        [TopicSpec(prefix + t, 1, 1) for t in (COMMANDS_TOPIC, COMMAND_STATUS_TOPIC)]
+        [
+            TopicSpec(prefix + t, 1, 1)
+            for t in (COMMANDS_TOPIC, COMMAND_STATUS_TOPIC, COMMAND_OWNERS_TOPIC)
+        ]
         + [TopicSpec(COMMAND_REPORTS_TOPIC, 3, 1)],
     )
     commands = CommandSettings(topic_prefix=prefix, relay_group=f"{prefix}relay")

@@ -48,6 +48,7 @@ from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState
 from headwater.runtime.logs import LogSettings
 from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
     COMMAND_REPORTS_TOPIC,
     COMMAND_STATUS_TOPIC,
     COMMANDS_TOPIC,
@@ -95,7 +96,13 @@ async def _catch_up_cost(kafka: KafkaSettings, prefix: str) -> dict[str, Any]:
     from headwater.ingest.commands.feed import CommandFeed
 
     book = CommandBook()
-    feed = CommandFeed(kafka, book, prefix + COMMANDS_TOPIC, prefix + COMMAND_STATUS_TOPIC)
+    feed = CommandFeed(
+        kafka,
+        book,
+        prefix + COMMANDS_TOPIC,
+        prefix + COMMAND_STATUS_TOPIC,
+        prefix + COMMAND_OWNERS_TOPIC,
+    )
     started = time.monotonic()
     cpu = time.process_time()
     task = asyncio.create_task(feed.run())
@@ -123,8 +130,8 @@ def _book_memory(devices: int = 10_000) -> dict[str, Any]:
     before = tracemalloc.get_traced_memory()[0]
     book = CommandBook()
     started = time.perf_counter()
-    for c in commands:
-        book.add(c)
+    for offset, c in enumerate(commands):
+        book.add(c, offset)
     add_s = time.perf_counter() - started
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
@@ -169,6 +176,7 @@ def run(
             [
                 TopicSpec(prefix + COMMANDS_TOPIC, 6, 1),
                 TopicSpec(prefix + COMMAND_STATUS_TOPIC, 6, 1),
+                TopicSpec(prefix + COMMAND_OWNERS_TOPIC, 6, 1, {"cleanup.policy": "compact"}),
                 TopicSpec(COMMAND_REPORTS_TOPIC, 6, 1),
             ],
         )

@@ -35,6 +35,9 @@ class Entry:
     key: CommandKey
     expires_ms: int
     created_ms: int
+    #: Its offset in commands.v1 (a device's commands are in one partition): the order
+    #: the leases' reservations are stated in.
+    offset: int
     #: The gateway it was sent to, once sent: it may be in that gateway's spool (stored,
     #: its acknowledgement lost with the stream), so no other gateway is ever sent it.
     sent_to: str = ""
@@ -52,8 +55,8 @@ class CommandBook:
         self.on_added: Callable[[DeviceKey], None] = lambda _key: None
         self.size = 0
 
-    def add(self, command: Command) -> bool:
-        """Add a command read from commands.v1; False for a repeat of a known id."""
+    def add(self, command: Command, offset: int) -> bool:
+        """Add a command read from commands.v1 at ``offset``; False for a repeat of a known id."""
         key = (command.tenant, command.device_id, command.command_id)
         device = self._pending.setdefault(command.tenant, {}).setdefault(
             command.device_id, OrderedDict()
@@ -65,6 +68,7 @@ class CommandBook:
             key,
             command.expires_time.ToMilliseconds(),
             command.created_time.ToMilliseconds(),
+            offset,
         )
         device[command.command_id] = entry
         self.size += 1
@@ -106,6 +110,11 @@ class CommandBook:
         """The device's waiting commands, oldest first (a copy: safe across awaits)."""
         entries = self._pending.get(device[0], {}).get(device[1])
         return [] if entries is None else list(entries.values())
+
+    def oldest_offset(self, device: DeviceKey) -> int | None:
+        """The offset of the device's oldest waiting command, if any."""
+        entries = self._pending.get(device[0], {}).get(device[1])
+        return next((e.offset for e in entries.values()), None) if entries else None
 
     def devices(self, tenant: str) -> Iterator[DeviceKey]:
         """The tenant's devices with commands waiting."""

@@ -13,13 +13,14 @@ this replica with the tenant and gateway authenticated here. Its durable copy, t
 gateway's spooled report, still comes through the relay: the stream copy only makes the
 state visible a produce after the handler returns instead of after the report's trip.
 
-One owner per device: when several gateways are bound to a device, only the streams of
-its owner are sent its commands (owners.py: the first to take it keeps it while connected;
-another takes over after a grace period without its streams). A command once sent to a
-gateway is only ever sent to that gateway again: it may be in its spool with the
-acknowledgement lost, so another gateway running it could run it twice. After a failover
-such commands wait for their gateway to come back (it acknowledges them from its spool)
-or expire.
+One owner per device, for the whole service: when several gateways are bound to a device,
+only its owner is sent its new commands, and only by the replica holding the device's
+lease (owners.py, leases.py: the first to claim it keeps it while its stream is open;
+another takes over after a grace period without). A command once sent to a gateway is
+reserved to that gateway, in the lease, before it is sent: it may be in its spool with the
+acknowledgement lost, so another gateway running it could run it twice. Any replica
+sends reserved commands to their gateway's streams (it acknowledges them from its spool)
+until they are acknowledged or expire.
 
 Flow control: at most ``max_unacked`` commands are out on a stream; the next one waits
 for an acknowledgement. Limits per gateway: ``max_streams_per_gateway`` open command
@@ -71,6 +72,8 @@ class CommandStream:
 
     gateway: Gateway
     window: asyncio.Semaphore
+    #: The window's size: how many new commands one lease extension covers.
+    max_unacked: int
     #: Devices to look at for commands to send.
     dirty: set[DeviceKey] = field(default_factory=set)
     #: Sent and not yet acknowledged, with the time sent.
@@ -116,6 +119,7 @@ class CommandDelivery:
         self._on_outcome = on_outcome
         self._streams: dict[str, set[CommandStream]] = {}
         book.on_added = self._added
+        owners.on_wake = self._added
 
     @property
     def open_streams(self) -> int:
@@ -134,7 +138,7 @@ class CommandDelivery:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method})
 
     def _added(self, device: DeviceKey) -> None:
-        """A command for ``device`` arrived: wake the streams that serve it."""
+        """A command for ``device`` arrived, or its lease changed: wake the streams serving it."""
         for stream in self._streams.get(device[0], ()):
             if stream.serves(device):
                 stream.dirty.add(device)
@@ -173,8 +177,10 @@ class CommandDelivery:
             log.info(err.message, extra={"method": METHOD, "code": err.code.name})
             await context.abort_with_status(to_rpc_status(err))
             return
-        want = open_frame.open.max_unacked or self._settings.max_unacked
-        stream = CommandStream(gateway, asyncio.Semaphore(min(want, self._settings.max_unacked)))
+        want = min(
+            open_frame.open.max_unacked or self._settings.max_unacked, self._settings.max_unacked
+        )
+        stream = CommandStream(gateway, asyncio.Semaphore(want), want)
         mine.add(stream)
         self._owners.connected(gateway.gateway_id)
         answers: asyncio.Queue[api.ReceiveCommandsResponse] = asyncio.Queue()
@@ -209,28 +215,11 @@ class CommandDelivery:
                 await acks
             mine.discard(stream)
             held.close()
-            self._release(gateway)
+            self._owners.disconnected(gateway.gateway_id)
             log.info(
                 "command stream closed",
                 extra={"gateway": gateway.gateway_id, "unacked": len(stream.unacked)},
             )
-
-    def _release(self, gateway: Gateway) -> None:
-        """After a stream closed: if it was its gateway's last, free its devices after the grace."""
-        mine = self._streams.get(gateway.tenant, ())
-        if any(s.gateway.gateway_id == gateway.gateway_id for s in mine):
-            return
-        freed = self._owners.disconnected(gateway.gateway_id)
-        if freed:
-            # A moment past the grace, so that the claim sees it passed.
-            asyncio.get_running_loop().call_later(
-                self._owners.grace_s + 0.01, self._look_again, freed
-            )
-
-    def _look_again(self, devices: list[DeviceKey]) -> None:
-        """Wake the streams serving ``devices``: their owner may have gone for good."""
-        for device in devices:
-            self._added(device)
 
     def _recheck(
         self, stream: CommandStream, generation: int, context: grpc.aio.ServicerContext
@@ -257,20 +246,32 @@ class CommandDelivery:
         while stream.dirty:
             device = stream.dirty.pop()
             gateway_id = stream.gateway.gateway_id
-            # Not the owner: only the commands sent to this gateway before (another took
-            # the device over while it was away) are its; woken again if the owner goes.
-            owner = self._owners.claim(device, gateway_id)
-            for entry in self._book.waiting(device):
+            waiting = self._book.waiting(device)
+            for index, entry in enumerate(waiting):
                 if entry.key in stream.unacked:
                     continue
-                if entry.sent_to != gateway_id and (entry.sent_to or not owner):
-                    continue  # another gateway's, or may be in another gateway's spool
+                reserved = self._owners.gateway_of(device, entry.offset)
+                if reserved is None:
+                    # A new command: only from the replica holding the device's lease for
+                    # this gateway, reserved before it is sent, as many at a time as the
+                    # window has room for (reserved and not sent only if the stream ends
+                    # meanwhile). Not the owner: woken again when the lease changes or lapses.
+                    room = max(1, stream.max_unacked - len(stream.unacked))
+                    through = waiting[min(index + room, len(waiting)) - 1].offset
+                    if not await self._owners.cover(device, gateway_id, through):
+                        break
+                elif reserved != gateway_id:
+                    continue  # may be in another gateway's spool
                 if model.expired(entry.command):
                     continue  # the expiry check marks it EXPIRED; never delivered
                 await stream.window.acquire()
                 if self._book.get(entry.key) is None:  # delivered elsewhere meanwhile
                     stream.window.release()
                     continue
+                if reserved is None and not self._owners.valid(device, gateway_id, entry.offset):
+                    stream.window.release()  # the lease lapsed or was lost while waiting
+                    stream.dirty.add(device)
+                    break
                 stream.unacked[entry.key] = time.monotonic()
                 entry.sent_to = gateway_id
                 yield entry.command

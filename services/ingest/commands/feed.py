@@ -1,9 +1,10 @@
-"""Keep the book up to date: read commands.v1 and command-status.v1 from their start.
+"""Keep the book up to date: read commands.v1, command-status.v1 and command-owners.v1.
 
 Partitions are assigned, never a group joined: every replica reads everything (that is
-how a replica learns the commands of whichever gateway connects to it). The book is
-"caught up" once the end offsets seen at start are reached; delivery waits for that, so
-a restarted replica does not resend commands whose DELIVERED it has not read yet.
+how a replica learns the commands of whichever gateway connects to it, and every
+device's lease). The book is "caught up" once the end offsets seen at start are reached;
+delivery waits for that, so a restarted replica does not resend commands whose DELIVERED
+it has not read yet, nor claim a device whose lease it has not read.
 Afterwards the relay can ask for the commands written so far (``read_commands_to_end``):
 a gateway's report can reach this replica before the command it reports on does.
 """
@@ -24,6 +25,7 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandStatus
 
 from .book import CommandBook
 from .checks import delivery_refusal
+from .leases import Lease
 
 log = logging.getLogger(__name__)
 CLIENT_ROLE = "headwater-ingest-commands"
@@ -32,7 +34,7 @@ _BATCH = 500
 
 
 class CommandFeed:
-    """Reads both topics into the book until cancelled (see the module docstring)."""
+    """Reads the three topics into the book and the leases until cancelled (module docstring)."""
 
     def __init__(
         self,
@@ -40,13 +42,18 @@ class CommandFeed:
         book: CommandBook,
         commands_topic: str,
         status_topic: str,
+        owners_topic: str,
         on_command: Any = None,
         on_refused: Any = None,
+        on_lease: Any = None,
     ) -> None:
         self._kafka = kafka
         self._book = book
         self._commands_topic = commands_topic
         self._status_topic = status_topic
+        self._owners_topic = owners_topic
+        #: Called with each lease read from the owners topic, in log order (owners.py).
+        self._on_lease = on_lease or (lambda _lease: None)
         self._on_command = on_command or (lambda _command, _new: None)
         #: Called with (command, reason, message) for a command that fails the checks of
         #: delivery (checks.py): it never enters the book.
@@ -128,7 +135,7 @@ class CommandFeed:
         return True
 
     async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
-        """Assign every partition of both topics from the start; return the non-empty ends.
+        """Assign every partition of the three topics from the start; return the non-empty ends.
 
         Retried while the topics are missing or their partitions have no leader yet (just
         created, or a broker moving leaders): the book waits, ingest serves meanwhile.
@@ -159,7 +166,7 @@ class CommandFeed:
                 "command topics missing or not ready; commands cannot be delivered until they "
                 "are. Create them with `headwater topics ensure`",
                 extra={
-                    "topics": [self._commands_topic, self._status_topic],
+                    "topics": [self._commands_topic, self._status_topic, self._owners_topic],
                     "problem": problem,
                     "retry_in_s": delay,
                 },
@@ -169,7 +176,7 @@ class CommandFeed:
 
     def _partitions(self, consumer: Any) -> list[tuple[str, int]] | None:
         found = []
-        for topic in (self._commands_topic, self._status_topic):
+        for topic in (self._commands_topic, self._status_topic, self._owners_topic):
             metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
             if metadata is None or metadata.error is not None:
                 return None
@@ -180,6 +187,9 @@ class CommandFeed:
         value = msg.value()
         if not value:
             return
+        if msg.topic() == self._owners_topic:
+            self._read_lease(msg)
+            return
         try:
             if msg.topic() == self._commands_topic:
                 command = Command.FromString(value)
@@ -188,7 +198,7 @@ class CommandFeed:
                 if refusal is not None:
                     self._on_refused(command, *refusal)
                     return
-                self._on_command(command, self._book.add(command))
+                self._on_command(command, self._book.add(command, msg.offset()))
             else:
                 self._book.apply(CommandStatus.FromString(value))
         except DecodeError:
@@ -196,6 +206,17 @@ class CommandFeed:
                 "skipping a record that is not a command or a command status",
                 extra={"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()},
             )
+
+    def _read_lease(self, msg: Any) -> None:
+        try:
+            lease = Lease.decode(msg.value())
+        except DecodeError:
+            log.warning(
+                "skipping a record that is not a device commands lease",
+                extra={"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()},
+            )
+            return
+        self._on_lease(lease)
 
 
 #: How long a replica's shutdown waits for a command consumer to close.

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -25,11 +27,17 @@ from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.runtime.telemetry import SECONDS_BUCKETS
-from headwater.topics import COMMAND_REPORTS_TOPIC, COMMAND_STATUS_TOPIC, COMMANDS_TOPIC
+from headwater.topics import (
+    COMMAND_OWNERS_TOPIC,
+    COMMAND_REPORTS_TOPIC,
+    COMMAND_STATUS_TOPIC,
+    COMMANDS_TOPIC,
+)
 
 from .book import CommandBook, Entry
 from .delivery import CommandDelivery
 from .feed import CommandFeed
+from .leases import Lease
 from .owners import OwnerBook
 from .relay import StatusRelay
 from .settings import CommandSettings
@@ -112,7 +120,7 @@ class CommandMetrics:
             "headwater.ingest.command.owned_devices",
             [lambda _o: [Observation(owners.size)]],
             unit="{device}",
-            description="Devices with an owning gateway on this replica",
+            description="Devices whose commands lease this replica holds",
         )
         meter.create_observable_gauge(
             "headwater.ingest.command.streams",
@@ -139,15 +147,27 @@ class CommandService:
         self.book = CommandBook(settings.remembered_ids)
         prefix = settings.topic_prefix
         self._status_topic = prefix + COMMAND_STATUS_TOPIC
+        self._owners_topic = prefix + COMMAND_OWNERS_TOPIC
+        # Unique per process: a restarted replica must not take the leases of its former
+        # self for its own (it has not written what they cover).
+        replica = f"{settings.relay_instance_id or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        self.owners = OwnerBook(
+            settings.owner_grace_seconds,
+            replica,
+            self._write_lease,
+            self.book.oldest_offset,
+            self._owner_changed,
+        )
         self.feed = CommandFeed(
             kafka,
             self.book,
             prefix + COMMANDS_TOPIC,
             self._status_topic,
+            self._owners_topic,
             self._read,
             self._refused,
+            self.owners.read,
         )
-        self.owners = OwnerBook(settings.owner_grace_seconds, self._owner_changed)
         self.delivery = CommandDelivery(
             settings,
             self.book,
@@ -194,15 +214,26 @@ class CommandService:
             asyncio.create_task(_logged(self._expire_forever(), "expiry")),
             asyncio.create_task(_logged(self._write_statuses_forever(), "stream statuses")),
             asyncio.create_task(_logged(self._reject_forever(), "rejections")),
+            asyncio.create_task(_logged(self.owners.keep_forever(), "leases")),
         ]
 
     async def stop(self) -> None:
-        """Stop the background work (streams end with the gRPC server)."""
+        """Release the leases held here, then stop the background work.
+
+        The streams end with the gRPC server; a stopping replica sends no new command.
+        """
+        try:
+            await asyncio.wait_for(self.owners.release_all(), _RELEASE_WITHIN_S)
+        except TimeoutError:  # they lapse after the grace instead
+            log.warning("device commands leases not released at stop")
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    async def _write_lease(self, lease: Lease) -> asyncio.Future[Any]:
+        return await self._writer.send(self._owners_topic, lease.key(), lease.encode(), [])
 
     def _read(self, command: Command, new: bool) -> None:
         (self.metrics.queued if new else self.metrics.duplicates).add(1)
@@ -336,6 +367,10 @@ class CommandService:
                     },
                 )
             await asyncio.sleep(self.settings.expiry_check_seconds)
+
+
+#: How long a stopping replica waits for its leases' release records.
+_RELEASE_WITHIN_S = 2.0
 
 
 def _check_written(status: CommandStatus, written: asyncio.Future[Any]) -> None:

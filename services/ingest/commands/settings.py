@@ -24,7 +24,9 @@ class CommandSettings(Settings):
         "(`headwater topics ensure`)",
     )
     #: The reports topic has none: it is an endpoint's, see headwater.endpoints.
-    topic_prefix: str = setting("", help="prefix of `commands.v1` and `command-status.v1`")
+    topic_prefix: str = setting(
+        "", help="prefix of `commands.v1`, `command-status.v1` and `command-owners.v1`"
+    )
     #: Every replica joins it, so each report is relayed once.
     relay_group: str = setting(
         "headwater-ingest-command-relay",
@@ -53,13 +55,14 @@ class CommandSettings(Settings):
     max_streams_per_gateway: int = setting(
         2, minimum=1, help="open command streams per gateway; more get RESOURCE_EXHAUSTED"
     )
+    #: The lease holder renews every quarter of it and relies on a record for three.
     owner_grace_seconds: float = setting(
         5.0,
-        minimum=0.0,
+        minimum=0.5,
         unit="s",
-        help="how long a device's owning gateway may be without a command stream before "
-        "another gateway bound to the device takes its commands "
-        "([docs/commands.md](docs/commands.md#one-gateway-per-device))",
+        help="how long a device's commands lease may go without renewal (its owning gateway "
+        "without a command stream) before another gateway bound to the device takes its "
+        "commands ([docs/commands.md](docs/commands.md#one-gateway-per-device))",
     )
     #: Oldest are forgotten first.
     remembered_ids: int = setting(
