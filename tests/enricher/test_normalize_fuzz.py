@@ -10,6 +10,9 @@ The default run is small (``FUZZ_SMOKE_CASES`` per format). The full check, 10,0
 per format, is a marked test run on demand (figures in docs/benchmarks.md)::
 
     .venv/bin/pytest -m fuzz tests/enricher/test_normalize_fuzz.py
+
+The worst inputs found by hand (issue 35) are a fixed corpus beside it, run through the whole
+Python hop: ``worst_inputs.py``, ``test_worst_inputs.py``.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ Each message is decoded for the key it was grouped by (``decode.decode_for_key``
 batch's messages are then normalized together, grouped by media type
 (``normalize.normalize_batch``), each to the columns ``normalize.normalize_message`` gives it
 alone, the conversion of every unit a Sparkplug B message names included (``units``: the JVM
-has no unit library and keeps them with the device's definitions).
+has no unit library and keeps them with the device's definitions). Each message has one CPU
+budget for both steps (``budget.each``): a record whose decoding uses it up is a dead letter
+of its own, and what decoding used is taken off what normalizing may use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -26,8 +28,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from headwater import record_headers as rh
+from headwater.enricher.hop import budget as budgets
 from headwater.enricher.hop import worker_gc
-from headwater.enricher.hop.decode import decode_for_key, normalizable
+from headwater.enricher.hop.decode import decode_for_key, normalizable, over_budget
 from headwater.enricher.hop.normalize import normalize_batch
 from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, UNITS, fields
 from headwater.enricher.source.keys import last_header
@@ -60,15 +63,41 @@ def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]
     The dicts hold the columns a message has (Arrow makes the others null).
     """
     topics, keys, values, *headers = (c.to_pylist() for c in columns)  # no row dicts
-    msgs = []
-    for topic, key, value, *found in zip(topics, keys, values, *headers, strict=True):
-        pairs = [(name, v) for name, v in zip(HEADERS, found, strict=True) if v is not None]
-        msgs.append(decode_for_key(topic, key, value, pairs, master_topic))
-    todo = [m for m in msgs if normalizable(m)]
-    normalized = normalize_batch([(m["content_type"], m["payload"]) for m in todo])
-    for msg, columns_of_msg in zip(todo, normalized, strict=True):
-        msg |= columns_of_msg
+    records = list(zip(topics, keys, values, *headers, strict=True))
+    b = budgets.current()
+    msgs, spent = budgets.each_with_cost(b, _decoding, records, master_topic)
+    for i, msg in enumerate(msgs):
+        if isinstance(msg, BaseException):  # decode never raises: over its budget
+            topic, key, _, *found = records[i]
+            text = _over_budget_text(b)
+            msgs[i] = over_budget(topic, key, _pairs(found), master_topic, text)
+    todo = [i for i, m in enumerate(msgs) if normalizable(m)]
+    normalized = normalize_batch(
+        [(msgs[i]["content_type"], msgs[i]["payload"]) for i in todo],
+        b,
+        spent=[spent[i] for i in todo],
+    )
+    for i, columns_of_msg in zip(todo, normalized, strict=True):
+        msgs[i] |= columns_of_msg
     return msgs
+
+
+def _pairs(found: Sequence[bytes | None]) -> list[tuple[str, bytes]]:
+    """The headers decode reads, as ``(name, value)``, of the ones a record has."""
+    return [(name, v) for name, v in zip(HEADERS, found, strict=True) if v is not None]
+
+
+def _decoding(records: Sequence[tuple[Any, ...]], master_topic: str) -> Iterator[dict[str, Any]]:
+    """Yield each record decoded for its key (``budget.each`` charges it to its message)."""
+    for topic, key, value, *found in records:
+        yield decode_for_key(topic, key, value, _pairs(found), master_topic)
+
+
+def _over_budget_text(b: budgets.Budget) -> str:
+    return (
+        f"decoding the record took more than {b.cpu_seconds * 1000:g} ms of CPU time, its whole "
+        f"budget ({b.variable('cpu_seconds')})"
+    )
 
 
 def decoder(

@@ -1,5 +1,9 @@
 """Bounded work per message: a CPU-time budget and a size budget around every normalizer call.
 
+The CPU-time budget is one per message, for every step of the Python hop: decoding its
+record, normalizing it and converting its units (``each``'s ``spent`` carries what decoding
+used into normalizing).
+
 One message must never hold back the others: a normalizer (built-in or a plugin) that
 spins on a hostile payload would stall its Python worker, its micro-batch, and so every
 tenant. So each call runs under a CPU-time budget, enforced by an interval timer
@@ -178,7 +182,11 @@ def _calls(fns: Sequence[Any], *args: Any) -> Iterator[Any]:
 
 
 def each(
-    budget: Budget, batch: Callable[..., Iterable[Any]], items: Sequence[Any], *args: Any
+    budget: Budget,
+    batch: Callable[..., Iterable[Any]],
+    items: Sequence[Any],
+    *args: Any,
+    spent: Sequence[float] | None = None,
 ) -> list[Any]:
     """Return the results of ``batch(items, *args)``, each item under its own CPU budget.
 
@@ -188,11 +196,24 @@ def each(
     each item's budget starts when the previous item's result came. An item whose
     production raises (over its budget: :class:`CpuBudgetExceeded`) gets the exception as
     its result, and a new generator starts at the next item; one that ends early leaves
-    each missing result a RuntimeError.
+    each missing result a RuntimeError. ``spent``: the CPU seconds each item already used of
+    its budget in an earlier step (decoding its record), so one budget covers every step.
     """
+    return each_with_cost(budget, batch, items, *args, spent=spent)[0]
+
+
+def each_with_cost(
+    budget: Budget,
+    batch: Callable[..., Iterable[Any]],
+    items: Sequence[Any],
+    *args: Any,
+    spent: Sequence[float] | None = None,
+) -> tuple[list[Any], list[float]]:
+    """Return :func:`each`'s results and the CPU seconds each item used in this step."""
     limit = budget.cpu_seconds
     count = len(items)
     out: list[Any] = []
+    costs: list[float] = []
     timed = threading.current_thread() is _MAIN and _timer.install()
     if timed:
         # The interval re-fires: a normalizer that swallows one interruption gets another.
@@ -204,25 +225,29 @@ def each(
                 rest = items[len(out) :] if out else items
                 results: Iterator[Any] | None = None
                 while len(out) < count:
-                    _timer.deadline = start + limit
+                    allowed = limit - (spent[len(out)] if spent else 0.0)
+                    _timer.deadline = start + allowed
                     _timer.armed = timed
                     if results is None:  # a generator: nothing runs before the first next()
                         results = iter(batch(rest, *args))
                     result = next(results)
                     _timer.armed = False  # first: a signal from here on is ignored
                     now = time.thread_time()
-                    out.append(CpuBudgetExceeded() if now - start > limit else result)
+                    costs.append(now - start)
+                    out.append(CpuBudgetExceeded() if now - start > allowed else result)
                     start = now
             except StopIteration:
                 missing = count - len(out)
                 out += [
                     RuntimeError("a batch normalizer gave fewer results than payloads")
                 ] * missing
+                costs += [0.0] * missing
             except (Exception, BudgetExceeded) as exc:
                 _timer.armed = False
                 out.append(exc)
+                costs.append(time.thread_time() - start)
     finally:
         _timer.armed = False
         if timed:
             signal.setitimer(signal.ITIMER_PROF, 0.0)
-    return out
+    return out, costs

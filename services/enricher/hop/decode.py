@@ -12,6 +12,7 @@ from typing import Any
 
 from headwater import record_headers as rh
 from headwater.enricher.hop.arrowsafe import sanitize
+from headwater.enricher.hop.budget import CPU_REASON
 from headwater.enricher.hop.schema import DECODED_FIELDS, field_names
 from headwater.enricher.hop.timestamps import ms_of
 from headwater.proto.device.v1 import device_message_pb2
@@ -62,16 +63,7 @@ def decode_record(
             except Exception as exc:  # any parse failure is data, not a crash
                 _error(out, "decode", "MASTER_UNDECODABLE", exc)
         return out
-    out["kind"] = "ingest"
-    hdr = out["header_map"] = header_map(headers)
-    out["tenant"] = _text(hdr.get(rh.TENANT))
-    out["gateway_id"] = _text(hdr.get(rh.GATEWAY_ID))
-    out["endpoint"] = _text(hdr.get(rh.ENDPOINT))
-    out["message_id"] = _text(hdr.get(rh.MESSAGE_ID))
-    try:
-        out["received_ms"] = int(hdr.get(rh.RECEIVED_AT_MS) or 0)
-    except ValueError:
-        out["received_ms"] = 0
+    _ingest_headers(out, headers)
     try:
         msg = device_message_pb2.DeviceMessage.FromString(value or b"")
     except Exception as exc:
@@ -90,6 +82,39 @@ def decode_record(
         "sequence": int(msg.sequence),
         "payload": msg.payload,
     }
+    return out
+
+
+def _ingest_headers(out: dict[str, Any], headers: Any) -> None:
+    """Fill the columns an ingest record's headers give (all a row has before its envelope)."""
+    out["kind"] = "ingest"
+    hdr = out["header_map"] = header_map(headers)
+    out["tenant"] = _text(hdr.get(rh.TENANT))
+    out["gateway_id"] = _text(hdr.get(rh.GATEWAY_ID))
+    out["endpoint"] = _text(hdr.get(rh.ENDPOINT))
+    out["message_id"] = _text(hdr.get(rh.MESSAGE_ID))
+    try:
+        out["received_ms"] = int(hdr.get(rh.RECEIVED_AT_MS) or 0)
+    except ValueError:
+        out["received_ms"] = 0
+
+
+def over_budget(
+    topic: str, device_key: str, headers: Any, master_topic: str, message: str
+) -> dict[str, Any]:
+    """Return the decoded row of a record whose decoding went over its CPU budget.
+
+    Nothing of its value is kept (the decode did not finish); the headers, read before,
+    name the message for its dead letter (stage ``decode``, reason ``NORMALIZE_BUDGET``).
+    """
+    out: dict[str, Any] = dict.fromkeys(_FIELDS)
+    if topic == master_topic:
+        out["kind"], out["master_deleted"] = "master", False
+    else:
+        _ingest_headers(out, headers)
+    out["device_key"] = device_key
+    out["error_stage"], out["error_reason"] = "decode", CPU_REASON
+    out["error_class"], out["error_message"] = "CpuBudgetExceeded", message
     return out
 
 

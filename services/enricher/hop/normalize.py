@@ -58,14 +58,17 @@ def normalize_message(content_type: str | None, payload: bytes | None) -> dict[s
 
 
 def normalize_batch(
-    rows: list[tuple[str | None, bytes | None]], budget: budgets.Budget | None = None
+    rows: list[tuple[str | None, bytes | None]],
+    budget: budgets.Budget | None = None,
+    spent: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Return :func:`normalize_message` of each ``(content_type, payload)``, in order.
 
     Grouped by content type: each group's media type is parsed and looked up once, and its
     normalizer's batch form (``formats.batch_of``) runs over the group's payloads with the
     CPU-time interrupt armed once. Each message still has its own budget: one over it is a
-    dead letter, the others go on.
+    dead letter, the others go on. ``spent``: the CPU seconds each row already used of its
+    budget (decoding its record, ``arrow_hop``): the budget is one per message, not per step.
     """
     b = budget or budgets.current()
     out: list[dict[str, Any]] = [{}] * len(rows)
@@ -103,7 +106,13 @@ def normalize_batch(
             continue
         if not units.ready():
             units.warm()  # the units registry's one-off build (~0.4 s) is not a message's cost
-        results = budgets.each(b, _converting(batch_of(fn)), [p for _, p in todo], media)
+        results = budgets.each(
+            b,
+            _converting(batch_of(fn)),
+            [p for _, p in todo],
+            media,
+            spent=[spent[i] for i, _ in todo] if spent else None,
+        )
         built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
         for (i, payload), result in zip(todo, results, strict=True):
             out[i] = _columns_of(result, payload, media, built_in, b)
