@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 from headwater.gateway import NewMessage
-from headwater.gateway.client import GatewayClient
+from headwater.gateway.client import DeliveryReport, GatewayClient
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
+from tests.support.faultproxy import FaultProxy
+from tests.support.waiting import until
 
 from .conftest import CT, config, kafka_copies
 
@@ -68,3 +70,34 @@ async def test_ingest_stopped_then_restarted_on_its_port_gets_every_message(
     # A frame in flight when ingest stopped may arrive twice (same id: the enricher drops
     # the repeat); every copy is the message as it was spooled.
     assert all(m == sent[mid] for mid, ms in copies.items() for m in ms)
+
+
+async def test_a_sender_backed_off_for_long_resends_as_soon_as_ingest_is_reachable(
+    start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
+) -> None:
+    """After a long outage a sender waits up to ``backoff_max_s`` (30 s by default) between
+    retries; it must not wait that out once ingest can be reached. An hour's backoff makes
+    waiting it out fail this test. (A proxy cuts the link: a restarted ingest would answer
+    "not connected to Kafka yet, retry later" for its first moments, and the sender
+    rightly backs off from an answer.)"""
+    running = await start_ingest(ingest_settings)
+    retried: list[DeliveryReport] = []
+    with FaultProxy(target_port=running.server.port) as link, Spool(tmp_path / "s.db") as spool:
+        link.cut()
+        ids = {spool.enqueue("telemetry", "acme-b", CT, b"{}").message_id for _ in range(50)}
+        hour = config(f"127.0.0.1:{link.port}", backoff_initial_s=3600.0, backoff_max_s=3600.0)
+        client = GatewayClient(spool, hour, lambda r: r.status == "retry" and retried.append(r))
+        stop = asyncio.Event()
+        sender = asyncio.create_task(client.run(stop))
+        try:
+            await until(lambda: retried, 30, "a send that failed: backing off for up to an hour")
+            link.heal()
+            healed_at = time.monotonic()
+            drained = await client.drain(within_s=20)
+            print(f"drained {time.monotonic() - healed_at:.2f} s after the link was back")
+        finally:
+            stop.set()
+            await asyncio.wait_for(sender, 15)
+            await client.close()
+        assert drained, "the sender waited out its backoff although ingest was reachable"
+    assert set(kafka_copies(kafka_bootstrap, "telemetry", ids, stop_when_all_found=True)) == ids
