@@ -27,7 +27,7 @@ from .conftest import CT, TOKENS, config, kafka_copies
 
 OUTAGE_S = 10.0
 DEVICES = 3
-#: The issue's outage at its rate, shortened to a bounded slow test (the figure is in
+#: The issue's outage at its rate, shortened to a bounded run on demand (the figure is in
 #: docs/benchmarks.md, "Gateway: ingest outage").
 LONG_OUTAGE_S = 120.0
 LIVE_RATE = 1000
@@ -126,7 +126,7 @@ async def _spool_live(
         await asyncio.sleep(max(0.0, due - time.monotonic()))
 
 
-@pytest.mark.slow
+@pytest.mark.figures
 @pytest.mark.timeout(900)
 async def test_a_long_outage_at_a_thousand_values_a_second_loses_nothing(
     start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path

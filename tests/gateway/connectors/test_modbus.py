@@ -190,7 +190,7 @@ async def test_writes_come_through_the_command_lifecycle(
     assert too_big.current.reason.startswith("OUT_OF_RANGE")
 
 
-@pytest.mark.slow
+@pytest.mark.figures
 async def test_a_thousand_registers_polled_each_second_keep_their_schedule(
     start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
 ) -> None:
