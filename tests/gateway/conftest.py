@@ -32,14 +32,21 @@ def config(target: str, **kw: Any) -> GatewayConfig:
 
 
 def in_kafka(bootstrap: str, endpoint: str, ids: set[str]) -> set[str]:
-    """Return which of ``ids`` are in the endpoint's ingest topic.
+    """Return which of ``ids`` are in the endpoint's ingest topic (see :func:`kafka_copies`)."""
+    return set(kafka_copies(bootstrap, endpoint, ids, stop_when_all_found=True))
+
+
+def kafka_copies(
+    bootstrap: str, endpoint: str, ids: set[str], stop_when_all_found: bool = False
+) -> dict[str, list[device_message_pb2.DeviceMessage]]:
+    """Return every copy of the messages ``ids`` in the endpoint's ingest topic, by id.
 
     The topic is shared by every test that runs a server on the session broker, and others
     write to it too (a redrive test, say): records are picked by their ``message-id`` header
-    first, and only ours are decoded. Stops as soon as all are found; otherwise reads to the
-    end of the topic.
+    first, and only ours are decoded. Reads to the end of the topic, or stops once each id
+    was seen (``stop_when_all_found``).
     """
-    found: set[str] = set()
+    found: dict[str, list[device_message_pb2.DeviceMessage]] = {}
     for record in read_topic(bootstrap, INGEST_TOPICS[endpoint]):
         headers: dict[str, bytes] = dict(record.headers() or [])  # type: ignore[arg-type]
         message_id = headers.get(rh.MESSAGE_ID, b"").decode("utf-8", "replace")
@@ -47,8 +54,8 @@ def in_kafka(bootstrap: str, endpoint: str, ids: set[str]) -> set[str]:
             continue
         msg = device_message_pb2.DeviceMessage.FromString(record.value())
         assert msg.message_id == message_id, "the header names another message than the value"
-        found.add(message_id)
-        if found == ids:
+        found.setdefault(message_id, []).append(msg)
+        if stop_when_all_found and len(found) == len(ids):
             break
     return found
 

@@ -5,10 +5,16 @@ Balancing is client-side: with a ``dns:///`` target that resolves to every inges
 spreads calls and streams over them; a replica that drains ends its streams and they
 reconnect to the others. The policy comes from the service config, the documented way to
 choose one (the ``grpc.lb_policy_name`` argument is deprecated in gRPC core).
+
+While ingest is unreachable the channel keeps trying to connect on its own, at most
+:data:`RECONNECT_BACKOFF_MAX_S` apart, and :func:`sleep_unless` ends a retry's backoff as
+soon as it connects: a sender backed off to its longest delay during an outage resends
+within seconds of ingest's return, not after that delay.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -17,6 +23,10 @@ import grpc
 from headwater.gateway.config import GatewayConfig
 
 SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+#: The longest gap between gRPC's attempts to connect. An attempt is one TCP (and TLS)
+#: handshake, cheap beside a retried call; the senders' own backoff (up to
+#: ``backoff_max_s``) spaces the calls.
+RECONNECT_BACKOFF_MAX_S = 5.0
 
 
 def channel_options(config: GatewayConfig) -> list[tuple[str, Any]]:
@@ -29,7 +39,7 @@ def channel_options(config: GatewayConfig) -> list[tuple[str, Any]]:
         ("grpc.keepalive_timeout_ms", 10_000),
         # Reconnect soon after the link is back: gRPC's own default backs off up to 120 s.
         ("grpc.initial_reconnect_backoff_ms", 500),
-        ("grpc.max_reconnect_backoff_ms", int(max(1.0, config.backoff_max_s) * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(RECONNECT_BACKOFF_MAX_S * 1000)),
         # Frames are bounded by frame_max_bytes; room for one message over it.
         ("grpc.max_send_message_length", config.frame_max_bytes + 512 * 1024),
     ]
@@ -48,3 +58,27 @@ def create_channel(config: GatewayConfig) -> grpc.aio.Channel:
         tls.root_certificates, tls.client_private_key, tls.client_certificate_chain
     )
     return grpc.aio.secure_channel(config.target, credentials, options=options)
+
+
+async def until_connected(channel: grpc.aio.Channel) -> None:
+    """Return once ``channel`` is connected (READY), asking it to connect meanwhile."""
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
+async def sleep_unless(
+    stop: asyncio.Event, seconds: float, channel: grpc.aio.Channel | None = None
+) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set or ``channel``, not connected now, connects.
+
+    A channel connected already (the failure was the server's answer: overload, bad
+    credentials) does not shorten the sleep.
+    """
+    waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
+    if channel is not None and channel.get_state() != grpc.ChannelConnectivity.READY:
+        waiters.add(asyncio.ensure_future(until_connected(channel)))
+    _, pending = await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        waiter.cancel()

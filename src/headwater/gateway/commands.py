@@ -30,7 +30,6 @@ recognised), then are deleted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Collection
@@ -40,6 +39,7 @@ import grpc
 from headwater.commands import model
 from headwater.endpoints import COMMAND_STATUS, COMMAND_STATUS_CONTENT_TYPE, SERVICE_NAME
 from headwater.errors import HeadwaterError
+from headwater.gateway.channel import sleep_unless
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.records import NewMessage
 from headwater.gateway.spool import Spool
@@ -132,7 +132,7 @@ class CommandReceiver:
                     "and will come again",
                     extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
                 )
-            await _sleep_or_stop(stop, delay)
+            await sleep_unless(stop, delay, self._channel)
             delay = min(delay * 2, self._config.backoff_max_s)
 
     async def _receive_once(self, stop: asyncio.Event) -> None:
@@ -363,7 +363,7 @@ class CommandReceiver:
                     "cannot write command state to the spool; retrying",
                     extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
                 )
-            await _sleep_or_stop(stop, delay)
+            await sleep_unless(stop, delay)
             if stop.is_set():
                 return False
             delay = min(delay * 2, self._config.backoff_max_s)
@@ -387,8 +387,3 @@ class CommandReceiver:
 def _report(status: CommandStatus) -> NewMessage:
     """A command status report as a device message of the command's device."""
     return NewMessage(status.device_id, COMMAND_STATUS_CONTENT_TYPE, status.SerializeToString())
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -101,7 +101,8 @@ class GatewayConfig(Settings):
         0.2,
         env="",
         unit="s",
-        help="first retry delay; exponential with full jitter (also caps gRPC's reconnect backoff)",
+        help="first retry delay; exponential with full jitter (cut short when ingest is "
+        "reachable again)",
     )
     backoff_max_s: float = setting(30.0, env="", unit="s", help="longest retry delay")
     idle_poll_s: float = setting(

@@ -28,6 +28,7 @@ import grpc
 
 from headwater.endpoints import BY_NAME, SERVICE_NAME
 from headwater.gateway.answers import OVERLOADED, DeliveryReport, call_failed
+from headwater.gateway.channel import sleep_unless
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.errors import CallFailedError
 from headwater.gateway.metrics import GatewayMetrics
@@ -93,7 +94,7 @@ class EndpointSender:
                 delay = max(exc.retry_delay_s, self._books.backoff(failures))
                 failures += 1
                 self._failed(exc, delay)
-                await _sleep_unless(stop, delay)
+                await sleep_unless(stop, delay, self._channel)
 
     def _failed(self, exc: CallFailedError, delay: float) -> None:
         self._metrics.call_failed(self.endpoint, exc.code.name)
@@ -322,9 +323,3 @@ async def _bounded(awaitable: Any, timeout_s: float, what: str) -> None:
         raise CallFailedError(
             grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} took over {timeout_s}s"
         ) from None
-
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``stop`` is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
