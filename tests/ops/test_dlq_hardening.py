@@ -15,8 +15,8 @@ from headwater.ops import dlq
 from headwater.ops.render import escape, table
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.topics import TopicSpec
-from headwater_dev.devstack.readback import read_topic
 from tests.ops.test_ops_commands import dead_letter, produce, run
+from tests.support.kafkatools import end_offsets, read_from
 
 #: Set the terminal's title, clear the screen, reverse the text that follows.
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202e"
@@ -89,6 +89,7 @@ def test_a_redrive_larger_than_the_local_queue_waits_for_room_and_sends_all(
     letters = list(dlq.read_dead_letters(kafka_bootstrap, topic))
     # A local queue of 5 records: without serving deliveries, the 6th produce raised
     # BufferError and the redrive died half-sent.
+    before = end_offsets(kafka_bootstrap, "ingest.telemetry.v1")
     results = list(
         dlq.redrive(
             kafka_bootstrap,
@@ -103,6 +104,6 @@ def test_a_redrive_larger_than_the_local_queue_waits_for_room_and_sends_all(
     assert sum(r.sent for r in results) == 300
     landed = {
         dict(m.headers() or []).get("message-id", b"").decode()
-        for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+        for m in read_from(kafka_bootstrap, "ingest.telemetry.v1", before)
     }
     assert set(ids) <= landed

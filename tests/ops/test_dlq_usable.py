@@ -15,11 +15,11 @@ from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from headwater.kafka.read import read_topic
 from headwater.ops.reasons import REASONS
 from headwater.ops.render import escape
 from headwater.proto.events.v1 import dead_letter_pb2
 from tests.ops.test_ops_commands import _ingest_original, dead_letter, produce, run
+from tests.support.kafkatools import read_from
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +113,7 @@ def test_a_second_redrive_selects_nothing_even_after_the_redrive_failed_again(
     # The enricher fails the redriven record again: a new letter whose source is the redrive.
     redriven = [
         m
-        for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+        for m in read_from(kafka_bootstrap, "ingest.telemetry.v1", {0: at})
         if dict(m.headers() or []).get("message-id") == message_id.encode()
         and "redrive-count" in dict(m.headers() or [])
     ]

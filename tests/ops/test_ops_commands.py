@@ -17,6 +17,7 @@ from headwater.ops import dlq
 from headwater.ops.offsets import OffsetsError, admin_client, apply_reset, plan_reset, show
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.events.v1 import completion_pb2, dead_letter_pb2
+from tests.support.kafkatools import read_from
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -277,7 +278,7 @@ def test_dlq_redrive_skips_a_letter_redriven_already_unless_forced(
         """The redriven records of this message: tenant, partition, count."""
         return [
             (h["tenant"], m.partition(), h["redrive-count"])
-            for m in read_topic(kafka_bootstrap, "ingest.telemetry.v1")
+            for m in read_from(kafka_bootstrap, "ingest.telemetry.v1", {0: acme_at})
             for h in [dict(m.headers() or [])]
             if h.get("message-id") == message_id.encode() and "redrive-count" in h
         ]

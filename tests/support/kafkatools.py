@@ -153,6 +153,50 @@ def read_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout_s: float =
     return records
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end (high watermark) now: where a test's own records will start.
+
+    The suite's tests share the ingest topics; reading only from these offsets on keeps a
+    test's reads to what it wrote itself (and what ran beside it), not the session's history.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-end-offsets"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+def read_from(bootstrap: str, topic: str, starts: Mapping[int, int]) -> list[Any]:
+    """Every record of ``topic`` from ``starts`` (partition -> offset) to each partition's end."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "tests-read-from", "enable.auto.commit": False}
+    )
+    out: list[Any] = []
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in starts
+        }
+        todo = {p: o for p, o in starts.items() if o < ends[p]}
+        consumer.assign([TopicPartition(topic, p, o) for p, o in todo.items()])
+        deadline = time.monotonic() + 60
+        while todo:
+            assert time.monotonic() < deadline, f"{topic} not read to its end within 60 s"
+            for msg in consumer.consume(500, 0.5):
+                if msg.error():
+                    continue
+                out.append(msg)
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    todo.pop(msg.partition(), None)
+    finally:
+        consumer.close()
+    return out
+
+
 def acme(temp: float, hum: float) -> bytes:
     return json.dumps({"temp_c": temp, "hum_pct": hum}).encode()
 
