@@ -1,22 +1,32 @@
-"""Gateway tests run against the real ingest service on the session broker."""
+"""Gateway tests run against the real ingest service on the session broker; what they look
+for in the (shared) ingest topics is read from where the topics ended when the test began."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+import pytest
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from headwater import record_headers as rh
 from headwater.gateway.config import GatewayConfig
-from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
 from tests.support.ingest import TOKENS
+from tests.support.kafkatools import INGEST_BEGAN, mark_ingest_ends, read_ingest_since_test_began
 
 CT = "application/vnd.acme.telemetry.v1+json"
+
+
+@pytest.fixture(autouse=True)
+def _ingest_topic_ends(request: pytest.FixtureRequest) -> None:
+    """Mark where the ingest topics end, for a test that talks to Kafka (see kafkatools)."""
+    INGEST_BEGAN.clear()
+    if "kafka_bootstrap" in request.fixturenames:
+        mark_ingest_ends(request.getfixturevalue("kafka_bootstrap"))
 
 
 def config(target: str, **kw: Any) -> GatewayConfig:
@@ -43,11 +53,11 @@ def kafka_copies(
 
     The topic is shared by every test that runs a server on the session broker, and others
     write to it too (a redrive test, say): records are picked by their ``message-id`` header
-    first, and only ours are decoded. Reads to the end of the topic, or stops once each id
-    was seen (``stop_when_all_found``).
+    first, and only ours are decoded. Reads what the running test's time added, to the end
+    of the topic, or stops once each id was seen (``stop_when_all_found``).
     """
     found: dict[str, list[device_message_pb2.DeviceMessage]] = {}
-    for record in read_topic(bootstrap, INGEST_TOPICS[endpoint]):
+    for record in read_ingest_since_test_began(bootstrap, INGEST_TOPICS[endpoint]):
         headers: dict[str, bytes] = dict(record.headers() or [])  # type: ignore[arg-type]
         message_id = headers.get(rh.MESSAGE_ID, b"").decode("utf-8", "replace")
         if message_id not in ids:

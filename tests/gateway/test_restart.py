@@ -12,9 +12,9 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
+from tests.support.kafkatools import read_ingest_since_test_began
 
 from .conftest import TOKENS
 
@@ -92,7 +92,7 @@ async def test_sigkill_mid_send_then_restart_delivers_everything_once_in_sequenc
     ids = {message_id for message_id, _, _ in enqueued}
     copies: dict[str, int] = defaultdict(int)
     sequence_of: dict[str, tuple[str, int]] = {}
-    for record in read_topic(kafka_bootstrap, INGEST_TOPICS["telemetry"]):
+    for record in read_ingest_since_test_began(kafka_bootstrap, INGEST_TOPICS["telemetry"]):
         msg = device_message_pb2.DeviceMessage.FromString(record.value())
         if msg.device_id.startswith(prefix):
             copies[msg.message_id] += 1

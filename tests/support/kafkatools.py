@@ -24,7 +24,7 @@ from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import TopicSpec, scoped_key
+from headwater.topics import INGEST_TOPICS, TopicSpec, scoped_key
 from tests.support.launch import launch
 
 ACME = "application/vnd.acme.telemetry.v1+json"
@@ -168,6 +168,25 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         }
     finally:
         consumer.close()
+
+
+#: Where each ingest topic's partitions ended when the running test began, for the tests
+#: whose conftest marks it (``mark_ingest_ends``, the gateway tests): the ingest topics are
+#: shared by the whole session, and reading them from the start at every poll cost those
+#: tests minutes once the suite had filled them.
+INGEST_BEGAN: dict[str, dict[int, int]] = {}
+
+
+def mark_ingest_ends(bootstrap: str) -> None:
+    """Record in :data:`INGEST_BEGAN` where every ingest topic ends now."""
+    for topic in INGEST_TOPICS.values():
+        INGEST_BEGAN[topic] = end_offsets(bootstrap, topic)
+
+
+def read_ingest_since_test_began(bootstrap: str, topic: str) -> list[Any]:
+    """The records the running test's time added to the ingest ``topic``."""
+    assert topic in INGEST_BEGAN, "the test takes kafka_bootstrap, so its conftest marks it"
+    return read_from(bootstrap, topic, INGEST_BEGAN[topic])
 
 
 def read_from(bootstrap: str, topic: str, starts: Mapping[int, int]) -> list[Any]:

@@ -20,7 +20,7 @@ from headwater.gateway.app.runner import run
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.topics import INGEST_TOPICS
 from tests.support.ingest import TOKENS
-from tests.support.kafkatools import end_offsets, read_from
+from tests.support.kafkatools import read_ingest_since_test_began
 
 HEADWATER = str(Path(sys.executable).parent / "headwater")
 TOKEN_ENV = "EDGE_TEST_GATEWAY_TOKEN"
@@ -70,24 +70,11 @@ async def stop_process(proc: asyncio.subprocess.Process, sig: int = signal.SIGTE
     return err
 
 
-#: Where each ingest topic's partitions ended when the running test began (its conftest
-#: marks them): the ingest topics are shared by the whole session, and reading them from the
-#: start at every poll cost the connector tests minutes once the suite had filled them.
-BEGAN: dict[str, dict[int, int]] = {}
-
-
-def mark_ends(bootstrap: str) -> None:
-    for topic in INGEST_TOPICS.values():
-        BEGAN[topic] = end_offsets(bootstrap, topic)
-
-
 def ingested(bootstrap: str, prefix: str, endpoint: str = "telemetry") -> list[Any]:
     """Every device message the running test's time added to the endpoint's ingest topic
     whose device id starts with ``prefix``, in topic order per partition."""
-    topic = INGEST_TOPICS[endpoint]
-    assert topic in BEGAN, "the test takes kafka_bootstrap, so its conftest marks where it began"
     found = []
-    for record in read_from(bootstrap, topic, BEGAN[topic]):
+    for record in read_ingest_since_test_began(bootstrap, INGEST_TOPICS[endpoint]):
         key = record.key() or b""
         if key.decode(errors="replace").startswith(prefix):
             found.append(device_message_pb2.DeviceMessage.FromString(record.value()))
