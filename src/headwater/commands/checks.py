@@ -6,8 +6,8 @@ commands.v1 can bypass the sender.
 
 from __future__ import annotations
 
-from headwater.commands import model
 from headwater.commands.errors import CommandRefusedError
+from headwater.commands.model import MAX_PAYLOAD_BYTES
 from headwater.proto.commands.v1.command_pb2 import Command
 
 
@@ -15,11 +15,11 @@ def check_command(command: Command) -> None:
     """Raise CommandRefusedError (PAYLOAD_TOO_LARGE, INVALID_COMMAND) if it breaks the contract."""
     from headwater.ingest.write.validation import compile_checks, message_violations
 
-    if len(command.payload) > model.MAX_PAYLOAD_BYTES:
+    if len(command.payload) > MAX_PAYLOAD_BYTES:
         raise CommandRefusedError(
             "PAYLOAD_TOO_LARGE",
             f"payload is {len(command.payload)} bytes; a command carries at most "
-            f"{model.MAX_PAYLOAD_BYTES}. Send a reference (a URL) to larger data",
+            f"{MAX_PAYLOAD_BYTES}. Send a reference (a URL) to larger data",
         )
     found = message_violations(command, compile_checks(Command.DESCRIPTOR))
     if found:

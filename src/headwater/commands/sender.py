@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.commands import model
 from headwater.commands.checks import check_command
 from headwater.commands.errors import CommandRefusedError
+from headwater.commands.model import DEFAULT_TTL_S, command_key, now_ms, status_of
 from headwater.ids import uuid7
 from headwater.kafka.settings import KafkaSettings, resolve_kafka
 from headwater.proto.commands.v1.command_pb2 import Command
@@ -128,21 +128,21 @@ class CommandSender:
     ) -> SentCommand:
         """Check and write one command, then its QUEUED status; return where it went.
 
-        ``expires_at_ms`` wins over ``ttl_s``; neither: :data:`model.DEFAULT_TTL_S`.
+        ``expires_at_ms`` wins over ``ttl_s``; neither: :data:`DEFAULT_TTL_S`.
 
         Raises:
             CommandRefusedError: nothing was written; ``reason`` says why.
             RuntimeError: the broker did not take the command (it may be retried with the
                 same ``command_id``).
         """
-        now = model.now_ms()
+        now = now_ms()
         if tenant not in self._tenants and "*" not in self._tenants:
             raise CommandRefusedError(
                 "TENANT_NOT_PERMITTED",
                 f"this sender may command tenants {sorted(self._tenants)}, not {tenant!r}",
             )
         if expires_at_ms is None:
-            ttl = model.DEFAULT_TTL_S if ttl_s is None else ttl_s
+            ttl = DEFAULT_TTL_S if ttl_s is None else ttl_s
             expires_at_ms = now + int(ttl * 1000)
         if expires_at_ms <= now:
             raise CommandRefusedError(
@@ -164,7 +164,7 @@ class CommandSender:
         check_command(command)
         self._devices.check(tenant, device_id)
         partition, offset = self._write(self._commands_topic, command)
-        queued = model.status_of(command, CommandState.COMMAND_STATE_QUEUED, at_ms=now)
+        queued = status_of(command, CommandState.COMMAND_STATE_QUEUED, at_ms=now)
         self._write(self._status_topic, queued)
         return SentCommand(command, partition, offset)
 
@@ -174,7 +174,7 @@ class CommandSender:
         self._producer.produce(
             topic,
             record.SerializeToString(),
-            model.command_key(record),
+            command_key(record),
             on_delivery=lambda err, msg: outcome.append((err, msg)),
         )
         self._producer.flush(self._timeout_s)
