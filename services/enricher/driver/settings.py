@@ -2,7 +2,8 @@
 
 The table in ``docs/enricher.md`` is generated from these declarations (``make docs``), and
 ``headwater enricher run`` takes its flags from them. The Kafka connection and the topic
-prefix are the shared declarations of :mod:`headwater.kafka.options`; the normalize budget is
+prefix are the shared declarations of :mod:`headwater.kafka.options`, the checkpoint and the
+progress group those of :mod:`headwater.ops.enricher_position`; the normalize budget is
 :class:`~headwater.enricher.hop.budget.Budget`, which the Python workers read themselves.
 """
 
@@ -18,14 +19,11 @@ from headwater.enricher.hop.budget import Budget
 from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.options import TopicPrefix
 from headwater.kafka.settings import KafkaSettings
+from headwater.ops.enricher_position import EnricherPosition
 from headwater.runtime.env import SettingError
-from headwater.runtime.settings import Renamed, Settings, setting
+from headwater.runtime.settings import Renamed, setting
 
 _P = "HEADWATER_ENRICHER_"
-
-#: The consumer group the enricher commits its progress to, for monitoring only
-#: (``progress_offsets.py``); ``headwater lag`` and ``headwater status`` read it by default.
-DEFAULT_PROGRESS_GROUP = "headwater-enricher"
 
 #: A JVM heap size as Spark reads it (``2g``, ``1536m``).
 _JVM_MEMORY = re.compile(r"[1-9][0-9]*[kKmMgGtT]?")
@@ -38,17 +36,15 @@ def _with_unit(name: str, flag: bool = False) -> tuple[Renamed, ...]:
 
 
 @dataclass(frozen=True)
-class EnricherSettings(Settings):
-    """Everything the enricher can be configured with (the table in docs/enricher.md)."""
+class EnricherSettings(EnricherPosition):
+    """Everything the enricher can be configured with (the table in docs/enricher.md).
+
+    Its checkpoint and progress group are declared by :class:`EnricherPosition`, which the
+    operator commands read without Spark.
+    """
 
     env_prefix: ClassVar[str] = _P
 
-    checkpoint_location: str = setting(
-        ".headwater/enricher/checkpoint",
-        flag=True,
-        help="Spark checkpoint (offsets, keyed state): local directory, volume or object store "
-        "URL (`s3a://...`)",
-    )
     starting_offsets: str = setting(
         "",
         choices=("earliest", "latest"),
@@ -152,22 +148,10 @@ class EnricherSettings(Settings):
         "is set (the other `OTEL_*` variables: "
         "[operations.md](operations.md#opentelemetry-settings))",
     )
-    progress_group: str = setting(
-        DEFAULT_PROGRESS_GROUP,
-        help="consumer group the end offsets of every finished batch are committed to, **for "
-        "monitoring only** (`headwater lag`, `headwater status`, Kafka lag exporters); the query "
-        "never reads them, restarts use the checkpoint; `off`: commit nothing "
-        "([operations.md](operations.md#enricher-lag))",
-    )
     #: What one message may cost the normalize step (budget.py; read again by each worker).
     normalize_budget: Budget = field(default_factory=Budget)
     topics: EnricherTopics = field(default_factory=EnricherTopics)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
-
-    @property
-    def commit_group(self) -> str:
-        """The group the progress is committed to; "" when turned off (``off``)."""
-        return "" if self.progress_group.lower() in ("", "off") else self.progress_group
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> Self:
