@@ -50,6 +50,7 @@ def cluster_command_topics(cluster: BrokerCluster) -> CommandTopics:
             TopicSpec(COMMAND_REPORTS_TOPIC, 3, 3),
             TopicSpec(topics.commands, 3, 3),
             TopicSpec(topics.status, 3, 3),
+            TopicSpec(topics.owners, 3, 3, {"cleanup.policy": "compact"}),
             TopicSpec(topics.master, 1, 3, {"cleanup.policy": "compact"}),
         ],
     )
