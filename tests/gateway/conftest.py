@@ -4,6 +4,7 @@ for in the (shared) ingest topics is read from where the topics ended when the t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,11 +23,12 @@ CT = "application/vnd.acme.telemetry.v1+json"
 
 
 @pytest.fixture(autouse=True)
-def _ingest_topic_ends(request: pytest.FixtureRequest) -> None:
+def _ingest_topic_ends(request: pytest.FixtureRequest) -> Iterator[None]:
     """Mark where the ingest topics end, for a test that talks to Kafka (see kafkatools)."""
-    INGEST_BEGAN.clear()
     if "kafka_bootstrap" in request.fixturenames:
         mark_ingest_ends(request.getfixturevalue("kafka_bootstrap"))
+    yield
+    INGEST_BEGAN.clear()
 
 
 def config(target: str, **kw: Any) -> GatewayConfig:
