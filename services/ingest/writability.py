@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 INTERVAL_S = 5.0
 #: Seconds a look may take; longer counts as "no broker answered".
 ANSWER_WITHIN_S = 5.0
-#: Writes failing and none succeeding for this long: this replica cannot write at all.
-FAILING_AFTER_S = 5.0
+#: Writes failing and none succeeding for this long: this replica cannot write at all. Longer
+#: than a leader election (10-20 s): while one partition elects, a gateway's frames, issued
+#: in order and each with a record for it, may all wait, so no write is acknowledged at all.
+FAILING_AFTER_S = 30.0
 
 
 class WriteOutcomes:
