@@ -463,6 +463,19 @@ class Cluster:
                 found.append(pid)
         return found
 
+    def processes(self) -> list[int]:
+        """The cluster's processes now: its components, and containerd's shims.
+
+        Every pod's processes descend from a shim, and a shim is re-parented away from
+        containerd, so both are listed.
+        """
+        alive = []
+        if self.state_file.exists():
+            for pid, started in self._load()["pids"].values():
+                if started is not None and _started(pid) == started:
+                    alive.append(pid)
+        return alive + self._shims()
+
     def _shims(self) -> list[int]:
         return [pid for pid in _pids() if f"-address {self.socket}" in _cmdline(pid)]
 

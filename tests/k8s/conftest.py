@@ -21,6 +21,7 @@ from scripts.cluster.cluster import COMPONENTS, Cluster
 from scripts.cluster.pins import BIN, IMAGES
 from tests.k8s.live import build_images
 from tests.k8s.release import Install, installed_release
+from tests.support.process_guard import session_owns
 
 
 def _cannot_run() -> str | None:
@@ -45,6 +46,9 @@ def cluster() -> Iterator[Cluster]:
     if missing:
         pytest.fail(f"not built: {', '.join(missing)}; run `make cluster`")
     cluster = Cluster()
+    # Its components, and the pods they run (started, deleted and restarted by tests), are
+    # the session's cluster's, never a test's leftovers (tests/support/process_guard.py).
+    session_owns(cluster.processes)
     cluster.start()
     cluster.import_image(IMAGES / "pause.tar")
     yield cluster
