@@ -57,18 +57,17 @@ def reports_topic(kafka_bootstrap: str) -> str:
     return COMMAND_REPORTS_TOPIC
 
 
-@pytest.fixture
-def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
-    topics = CommandTopics(
-        KafkaSettings(bootstrap_servers=kafka_bootstrap), f"t{uuid.uuid4().hex[:10]}."
-    )
+def make_command_topics(bootstrap: str, replicas: int = 1) -> CommandTopics:
+    """A test's own command topics (3 partitions; ``replicas`` copies), master data in."""
+    topics = CommandTopics(KafkaSettings(bootstrap_servers=bootstrap), f"t{uuid.uuid4().hex[:10]}.")
+    compact = {"cleanup.policy": "compact"}
     ensure_topics(
-        kafka_bootstrap,
+        bootstrap,
         [
-            TopicSpec(topics.commands, 3, 1),
-            TopicSpec(topics.status, 3, 1),
-            TopicSpec(topics.owners, 3, 1, {"cleanup.policy": "compact"}),
-            TopicSpec(topics.master, 1, 1, {"cleanup.policy": "compact"}),
+            TopicSpec(topics.commands, 3, replicas),
+            TopicSpec(topics.status, 3, replicas),
+            TopicSpec(topics.owners, 3, replicas, compact),
+            TopicSpec(topics.master, 1, replicas, compact),
         ],
     )
     write(
@@ -77,6 +76,11 @@ def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
         [DeviceMaster(tenant=t, device_id=d, vendor_format="acme.v1+json") for t, d in DEVICES],
     )
     return topics
+
+
+@pytest.fixture
+def command_topics(kafka_bootstrap: str, reports_topic: str) -> CommandTopics:
+    return make_command_topics(kafka_bootstrap)
 
 
 def bearer(gateway: str = "gw-a") -> list[tuple[str, str]]:

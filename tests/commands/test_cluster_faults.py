@@ -24,12 +24,10 @@ from headwater.ingest.commands.settings import CommandSettings
 from headwater.ingest.settings import IngestSettings
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
-from headwater.master.store import write
-from headwater.proto.master.v1.device_master_pb2 import DeviceMaster
 from headwater.topics import COMMAND_REPORTS_TOPIC, TopicSpec
 from headwater_dev.devstack.cluster import BrokerCluster
 
-from .conftest import DEVICES, CommandTopics
+from .conftest import DEVICES, CommandTopics, make_command_topics
 from .support import running_gateway, send, wait_for_states
 
 pytestmark = pytest.mark.cluster
@@ -41,25 +39,8 @@ SEND_OVER_S = 15.0
 @pytest.fixture
 def cluster_command_topics(cluster: BrokerCluster) -> CommandTopics:
     """This test's command topics on the cluster (3 partitions, 3 replicas), master data in."""
-    topics = CommandTopics(
-        KafkaSettings(bootstrap_servers=cluster.bootstrap_servers), f"t{uuid.uuid4().hex[:10]}."
-    )
-    ensure_topics(
-        cluster.bootstrap_servers,
-        [
-            TopicSpec(COMMAND_REPORTS_TOPIC, 3, 3),
-            TopicSpec(topics.commands, 3, 3),
-            TopicSpec(topics.status, 3, 3),
-            TopicSpec(topics.owners, 3, 3, {"cleanup.policy": "compact"}),
-            TopicSpec(topics.master, 1, 3, {"cleanup.policy": "compact"}),
-        ],
-    )
-    write(
-        topics.kafka,
-        topics.master,
-        [DeviceMaster(tenant=t, device_id=d, vendor_format="acme.v1+json") for t, d in DEVICES],
-    )
-    return topics
+    ensure_topics(cluster.bootstrap_servers, [TopicSpec(COMMAND_REPORTS_TOPIC, 3, 3)])
+    return make_command_topics(cluster.bootstrap_servers, replicas=3)
 
 
 def relay_committed_at_ends(kafka: KafkaSettings, group: str) -> list[tuple[int, int, int]]:
