@@ -151,7 +151,7 @@ async def test_stall_then_cut_then_heal(proxy):
 
 
 async def test_a_missing_upstream_ends_the_client_connection():
-    from headwater_dev.devstack.broker import free_port
+    from headwater_dev.devstack.ports import free_port
 
     with FaultProxy(target_port=free_port()) as proxy:
         reader, writer = await connect(proxy)

@@ -76,7 +76,7 @@ async def test_an_outcome_while_ingest_is_down_comes_through_the_spool(
 ):
     # The handler returns while no ingest listens: no stream to send the outcome on; the
     # spooled report carries it once ingest is back (on the same address).
-    from headwater_dev.devstack.broker import free_port
+    from headwater_dev.devstack.ports import free_port
 
     address = f"127.0.0.1:{free_port()}"
     ingest = await start_command_ingest(ingest={"listen_address": address})

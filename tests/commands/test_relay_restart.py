@@ -13,7 +13,7 @@ import pytest
 
 from headwater.commands.history import read_histories
 from headwater.commands.model import state_name
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.ingest import TOKENS_YAML
 
 from .support import running_gateway, send

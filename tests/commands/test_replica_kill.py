@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.ingest import TOKENS_YAML
 from tests.support.launch import launch
 

@@ -25,7 +25,7 @@ import pytest
 from headwater.gateway.spool import Spool
 from headwater.kafka.admin import ensure_topics
 from headwater.topics import COMPLETIONS_TOPIC, TopicSpec
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support import launch, process_guard
 from tests.support.kafkatools import enricher_command, make_topics
 

@@ -30,6 +30,7 @@ from headwater.runtime.telemetry import (
     exporter_names,
     otlp_entry_point,
 )
+from headwater_dev.devstack.ports import free_port
 
 _OTEL_VARS = [v for v in os.environ if v.startswith("OTEL_")] + ["POD_NAME", "POD_NAMESPACE"]
 
@@ -234,17 +235,11 @@ def test_otlp_grpc_export_reaches_a_receiver_with_resource_and_attributes(
     assert {a.key: a.value.string_value for a in span.attributes} == {"rpc.system": "grpc"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_prometheus_port_serves_counters_histograms_and_the_resource(monkeypatch):
     import urllib.request
 
     monkeypatch.setenv("POD_NAME", "pod-prom")
-    port = _free_port()
+    port = free_port()
     telemetry = create_telemetry("headwater-ingest", port, "127.0.0.1")
     try:
         metrics = IngestMetrics(telemetry.meter_provider.get_meter("headwater.ingest"))
@@ -263,7 +258,7 @@ def test_prometheus_port_serves_counters_histograms_and_the_resource(monkeypatch
 def test_metrics_exporter_without_prometheus_turns_the_scrape_port_off(monkeypatch):
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")
-    port = _free_port()
+    port = free_port()
     telemetry = create_telemetry("t", port, "127.0.0.1")
     try:
         with socket.socket() as s, pytest.raises(OSError):

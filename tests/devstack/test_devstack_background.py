@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from headwater_dev.devstack import status_file
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.launch import launch
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]

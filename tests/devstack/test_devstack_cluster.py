@@ -19,8 +19,9 @@ from confluent_kafka.admin import AdminClient
 
 from headwater.topics import INGEST_TOPICS
 from headwater_dev.devstack import status_file
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
 from headwater_dev.devstack.cluster import BrokerCluster, broker_pids, dev_kafka
+from headwater_dev.devstack.ports import free_port
 from tests.devstack.test_devstack_state import UP_WITHIN_S, devstack, stack_dir  # noqa: F401
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from headwater_dev.devstack import ownership, status_file
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import exit_reason, last_commit, log_tail
 
 CLI = [sys.executable, "-m", "headwater.cli", "devstack"]

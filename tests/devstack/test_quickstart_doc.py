@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater_dev.devstack.broker import free_port
 from headwater_dev.devstack.cli import DEFAULT_PORTS
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import last_commit
 from tests.support.launch import launch
 

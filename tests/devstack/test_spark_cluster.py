@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from headwater_dev.devstack import status_file
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import log_tail
 from headwater_dev.devstack.spark_cluster import (
     EXECUTOR_MEMORY,

@@ -36,8 +36,9 @@ from headwater.proto.events.v1 import completion_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import COMPLETIONS_TOPIC, EVENT_TOPICS, INGEST_TOPICS
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
 from headwater_dev.devstack.connect import publish_body
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import create_topics, health_status
 from headwater_dev.devstack.readback import read_topic
 from headwater_dev.devstack.supervisor import DEMO_DEVICE, _publish_demo_master

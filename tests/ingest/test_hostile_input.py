@@ -47,7 +47,7 @@ from headwater.topics import (
     COMMANDS_TOPIC,
     TopicSpec,
 )
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.launch import launch
 
 from .conftest import TOKENS_YAML, bearer, device_message

@@ -10,7 +10,7 @@ import pytest
 from headwater.ingest.settings import IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.env import SettingError
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 
 from .conftest import bearer, details_of, device_message
 

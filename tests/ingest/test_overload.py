@@ -28,7 +28,8 @@ from headwater.kafka.admin import ensure_topics
 from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.topics import INGEST_TOPICS, TopicSpec
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.ports import free_port
 from tests.support.faultproxy import FaultProxy
 from tests.support.ingest import assert_refused
 

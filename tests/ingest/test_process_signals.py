@@ -30,7 +30,7 @@ from headwater.kafka.read import read_topic
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
 from headwater.topics import INGEST_TOPICS
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.launch import launch
 
 from .conftest import device_message

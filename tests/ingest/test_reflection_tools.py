@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from headwater.ingest.admission.auth import hash_token
 from headwater.kafka.read import read_topic
 from headwater.topics import INGEST_TOPICS
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 from tests.support.launch import launch
 
 BUF = Path(sys.executable).parent / "buf"

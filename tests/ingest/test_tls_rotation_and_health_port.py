@@ -25,6 +25,7 @@ from headwater.ingest.rpc.tls import RotatingCertificates, TlsFilesError
 from headwater.ingest.settings import DEFAULT_HEALTH_PORT, IngestSettings
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_service_pb2_grpc
+from headwater_dev.devstack.ports import free_port
 from tests.support.ingest import device_message, publish
 from tests.support.tls_certs import Pem, issue, make_ca
 
@@ -61,12 +62,6 @@ def install(directory: Path, pki: Pki) -> None:
 
 def der(pem: bytes) -> bytes:
     return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def presented_certificate(port: int, trust: Pki, client: Pki, tmp_path: Path) -> bytes:

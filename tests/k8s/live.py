@@ -18,8 +18,9 @@ from headwater.gateway import GatewayClient, GatewayConfig, NewMessage, Spool
 from headwater.gateway.answers import DeliveryReport
 from headwater.proto.events.v1 import completion_pb2
 from headwater.topics import COMPLETIONS_TOPIC
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
 from headwater_dev.devstack.connect import DEMO_PAYLOAD
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.readback import read_topic
 from headwater_dev.devstack.supervisor import DEMO_DEVICE
 from headwater_dev.devstack.vendors import ACME_TELEMETRY

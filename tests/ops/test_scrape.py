@@ -7,7 +7,6 @@ HTTP server on loopback; ``scrape_signals`` computes rates and quantiles from it
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,7 @@ from headwater.enricher.driver.metrics import EnricherListener
 from headwater.ops import scrape
 from headwater.ops.lag import scrape_signals
 from headwater.ops.scrape import histogram_quantile
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from headwater_dev.devstack.ports import free_port
 
 
 def test_watch_gets_the_byte_rate_and_window_quantiles_between_scrapes(tmp_path: Path, monkeypatch):
@@ -32,7 +26,7 @@ def test_watch_gets_the_byte_rate_and_window_quantiles_between_scrapes(tmp_path:
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
     stats = tmp_path / "stats.jsonl"
     listener = EnricherListener(provider.get_meter("headwater.enricher"), str(stats))
-    port = _free_port()
+    port = free_port()
     server, _thread = start_http_server(port, "127.0.0.1", registry=registry)
     url = f"http://127.0.0.1:{port}/metrics"
     clock = iter([50.0, 54.0])

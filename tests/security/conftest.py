@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from headwater.kafka.settings import KafkaSettings
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.ports import free_port
 from tests.support.tls_certs import Pem, issue, make_ca
 
 USER = "headwater-test"

@@ -16,11 +16,7 @@ from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from headwater_dev.devstack.ports import free_port
 
 
 class Mosquitto:

@@ -59,7 +59,8 @@ from headwater_dev.bench.command_traffic import TENANT, read_statuses, run_gatew
 from headwater_dev.bench.loadgen import percentile_ms
 from headwater_dev.bench.report import machine
 from headwater_dev.devstack import processes, seeding
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.ports import free_port
 
 
 def _tokens(gateways: int) -> str:

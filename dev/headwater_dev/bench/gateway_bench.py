@@ -34,7 +34,8 @@ from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater.wire import length_field, varint_field
 from headwater_dev.bench import server_proc
 from headwater_dev.bench.report import machine
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.ports import free_port
 
 CT = "application/vnd.acme.telemetry.v1+json"
 WINDOW = 4

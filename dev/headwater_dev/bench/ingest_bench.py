@@ -34,7 +34,8 @@ from headwater.wire import length_field
 from headwater_dev.bench import gateway_overload, loadgen, server_proc
 from headwater_dev.bench.loadgen import Measured, Record
 from headwater_dev.bench.report import Row, cpu_us_per_msg, machine, make_row, verdicts
-from headwater_dev.devstack.broker import EmbeddedBroker, free_port
+from headwater_dev.devstack.broker import EmbeddedBroker
+from headwater_dev.devstack.ports import free_port
 
 ECHO_METHOD = "/headwater.bench.Echo/Echo"
 #: Offered load of the overload windows, as multiples of the capacity measured in the run.

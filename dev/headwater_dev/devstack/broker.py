@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.errors import HeadwaterError
 from headwater.runtime import jvm
+from headwater_dev.devstack.ports import free_port
 
 KAFKA_VERSION = "4.4.0"
 #: One fixed cluster id: a data folder formatted once is reused by later starts.
@@ -41,13 +41,6 @@ _LOG_TAIL_LINES = 30
 
 class BrokerStartError(HeadwaterError, RuntimeError):
     """The embedded broker did not become ready in time; the message has its log's tail."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on ``host`` that is free right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def server_properties(

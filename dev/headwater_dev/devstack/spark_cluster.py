@@ -28,7 +28,7 @@ from pathlib import Path
 
 from headwater.errors import HeadwaterError
 from headwater.runtime import jvm
-from headwater_dev.devstack.broker import free_port
+from headwater_dev.devstack.ports import free_port
 
 #: The heap of the master and of each worker daemon (Spark's default is 1 GB each): they
 #: only keep the cluster's bookkeeping.

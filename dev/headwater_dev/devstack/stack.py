@@ -24,11 +24,11 @@ from headwater.proto.master.v1 import device_master_pb2
 from headwater.runtime.logs import JsonFormatter
 from headwater.topics import INGEST_TOPICS
 from headwater_dev.devstack import seeding, status_file
-from headwater_dev.devstack.broker import free_port
 from headwater_dev.devstack.cluster import BrokerCluster, dev_kafka
 from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
 from headwater_dev.devstack.leader_loss import kill_a_leader
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import (
     DEV_MAX_PAYLOAD_BYTES,
     Ports,

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from headwater_dev.devstack.ports import free_port
 from tests.gateway.connectors.support import gateway_process, stop_process, write_config
-from tests.support.mosquitto import Mosquitto, free_port
+from tests.support.mosquitto import Mosquitto
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -14,8 +14,8 @@ import pytest
 
 from headwater.gateway.app.config import load
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from headwater_dev.devstack.ports import free_port
 from tests.support.ingest import TOKENS
-from tests.support.mosquitto import free_port
 
 from .modbus_device import ModbusDevice
 from .opcua_server import PressServer

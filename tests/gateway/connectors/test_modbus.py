@@ -21,8 +21,8 @@ from headwater.gateway.app.config import parse
 from headwater.gateway.connectors import modbus_codec
 from headwater.gateway.connectors.modbus import DDATA
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
+from headwater_dev.devstack.ports import free_port
 from tests.commands.support import send, wait_for_states
-from tests.support.mosquitto import free_port
 
 from .modbus_device import ModbusDevice
 from .support import (

@@ -20,7 +20,8 @@ import pytest
 
 from headwater.gateway import Spool
 from headwater_dev.devstack import vendors
-from tests.support.mosquitto import Mosquitto, free_port
+from headwater_dev.devstack.ports import free_port
+from tests.support.mosquitto import Mosquitto
 
 from .support import (
     gateway_in_process,

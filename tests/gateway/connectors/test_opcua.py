@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from headwater.gateway.connectors.opcua_json import BAD_NO_COMMUNICATION, CONTENT_TYPE
+from headwater_dev.devstack.ports import free_port
 from tests.commands.support import send, wait_for_states
-from tests.support.mosquitto import free_port
 
 from .opcua_server import NS, PressServer
 from .support import gateway_in_process, ingested, wait_until, write_config
