@@ -133,7 +133,7 @@ def scrape_of_the_services() -> str:
     cluster = ClusterGauges(provider.get_meter("headwater.ingest"))
     partition = PartitionState("ingest.telemetry.v1", 0, 1, 3, 3, 2)
     cluster.record([partition], {"ingest.telemetry.v1"})
-    from headwater.ingest.commands.service import CommandMetrics
+    from headwater.ingest.commands.metrics import CommandMetrics
 
     commands = CommandMetrics(
         provider.get_meter("headwater.ingest.commands"),
