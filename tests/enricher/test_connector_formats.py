@@ -36,6 +36,7 @@ RAW = (
 T = EnricherTopics.with_prefix("cf.")
 T0 = 1_700_000_000_000
 TENANT = "acme-tenant"
+UNECE = "http://www.opcfoundation.org/UA/units/un/cefact"  # OPC UA's namespace of UNECE codes
 SPARKPLUG = SparkplugConfig(
     groups=("acme",), endpoint="telemetry", node_device_id="{group}:{node}",
     device_id="{group}:{node}:{device}",
@@ -72,9 +73,10 @@ def _messages() -> list[Msg]:
         _sparkplug("spb-node-death", node.format("NDEATH"), vendors.sparkplug_node_death(7), 5),
         # MQTT, plain JSON with the media type its topic is configured with.
         Msg("json", "acme-plant-m1", ACME, b'{"temp_c": 7, "pad": "xxxx"}', 1, T0),
-        # OPC UA: one data change, and the gap marked after a reconnect.
+        # OPC UA: one data change of an item in °F, and the gap marked after a reconnect.
         Msg("opc-change", "press-opc", opcua_json.CONTENT_TYPE, opcua_json.data_change(
-            "press-1", 1, 1, "Temperature", 11, 21.5, 0, source, source + timedelta(seconds=1)
+            "press-1", 1, 1, "Temperature", 11, 70.7, 0, source, source + timedelta(seconds=1),
+            opcua_json.eu_information(UNECE, 4604232, "°F", "degree Fahrenheit"),
         ), 1, T0),
         Msg("opc-gap", "press-opc", opcua_json.CONTENT_TYPE, opcua_json.gap(
             "press-1", 2, ["Temperature"], source, source + timedelta(seconds=30)
@@ -137,8 +139,8 @@ def test_every_connectors_payloads_end_enriched_with_their_values_and_units(spar
         ("Supply/Voltage", 3.3, "volt", T0 + 1000),
     ]
     assert measured("json") == [("temperature", 7.0, "celsius", 0)]
-    # OPC UA PubSub JSON data messages carry no unit (it is in the data-set metadata).
-    assert measured("opc-change") == [("Temperature", 21.5, "", T0)]
+    # The unit of an OPC UA item: its EngineeringUnits, which the connector passes on.
+    assert measured("opc-change") == [("Temperature", 21.5, "celsius", T0)]
     assert measured("modbus") == [("pressure", 101_325.0, "pascal", T0), ("running", 1.0, "", T0)]
     # The gap's values are Bad (no communication): its event carries no measurement.
     assert measured("opc-gap") == []
