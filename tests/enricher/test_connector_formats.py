@@ -11,6 +11,7 @@ a device death and a node death.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -104,23 +105,18 @@ def _rows(msgs: list[Msg]) -> list[tuple]:
 def test_every_connectors_payloads_end_enriched_with_their_values_and_units(spark) -> None:
     msgs = _messages()
     raw = spark.createDataFrame(_rows(msgs), RAW)
-    out = jvm_state.process_devices(raw, Policy(T, 3, 1000, 10_000, 60_000)).cache()
+    out = jvm_state.process_devices(raw, Policy(T, 3, 1000, 10_000, 60_000))
+    rows = out.select("role", "value").collect()  # one Spark job for every role
+
+    def records(role: str, message: Any) -> list[Any]:
+        return [message.FromString(r.value) for r in rows if r.role == role]
+
     completions = {
         c.message_id: (outcome(c), c.reason)
-        for c in (
-            completion_pb2.Completion.FromString(r.value)
-            for r in out.where("role = 'completion'").collect()
-        )
+        for c in records("completion", completion_pb2.Completion)
     }
-    events = [event_pb2.Event.FromString(r.value) for r in out.where("role = 'event'").collect()]
-    states = {
-        s.device_id: s
-        for s in (
-            device_state_pb2.DeviceState.FromString(r.value)
-            for r in out.where("role = 'state'").collect()
-        )
-    }
-    out.unpersist()
+    events = records("event", event_pb2.Event)
+    states = {s.device_id: s for s in records("state", device_state_pb2.DeviceState)}
     assert completions == dict.fromkeys([m.message_id for m in msgs], ("OUTCOME_ENRICHED", ""))
 
     def measured(message_id: str) -> list[tuple[str, float, str, int]]:
