@@ -272,6 +272,37 @@ def test_opcua_network_message_with_two_data_set_messages() -> None:
     assert {m["unit"] for m in out["measurements"]} == {""}
 
 
+def test_opcua_engineering_units_of_a_data_value_are_its_unit_converted() -> None:
+    # UNECE's code FAH as OPC 10000-8 numbers it: the letters' bytes.
+    fahrenheit = {"NamespaceUri": "http://www.opcfoundation.org/UA/units/un/cefact",
+                  "UnitId": 4604232, "DisplayName": {"Locale": "en", "Text": "°F"}}  # fmt: skip
+    payload = _network(
+        {
+            "Timestamp": "2023-11-14T22:13:20Z",
+            "Payload": {
+                # A 1.04 DataValue as the gateway's OPC UA connector writes it.
+                "Temperature": {
+                    "Value": {"Type": 11, "Body": 70.7},
+                    "EngineeringUnits": fahrenheit,
+                },
+                # 1.05, with the LocalizedText as its text alone (1.04 non-reversible).
+                "Pressure": {
+                    "UaType": 11,
+                    "Value": 1013.25,
+                    "EngineeringUnits": {"DisplayName": "hPa"},
+                },
+                "Count": {"Value": {"Type": 6, "Body": 3}, "EngineeringUnits": {"UnitId": 1}},
+            },
+        }
+    )
+    out = normalize_message(OPCUA, payload)
+    assert [(m["name"], m["value"], m["unit"]) for m in out["measurements"]] == [
+        ("Temperature", 21.5, "celsius"),
+        ("Pressure", 101_325.0, "pascal"),
+        ("Count", 3.0, ""),  # no display name: no unit
+    ]
+
+
 def test_opcua_bad_data_set_status_drops_the_whole_message_and_keepalives_are_empty() -> None:
     payload = _network(
         {"DataSetWriterId": 1, "Status": 0x80000000, "Payload": {"X": 1.0}},
@@ -300,6 +331,18 @@ def test_opcua_without_network_header_is_an_array_of_data_set_messages() -> None
         (b'{"MessageType": "ua-other", "Messages": []}', "PAYLOAD_INVALID", "not ua-data"),
         (b"[1]", "PAYLOAD_INVALID", "not an object"),
         (b"{", "PAYLOAD_UNDECODABLE", "not JSON"),
+        (
+            _network({"Payload": {"T": {"Value": 1.0, "EngineeringUnits": {"DisplayName": 7}}}}),
+            "PAYLOAD_INVALID",
+            "T.EngineeringUnits: {'DisplayName': 7} is no EUInformation",
+        ),
+        (
+            _network(
+                {"Payload": {"T": {"Value": 1.0, "EngineeringUnits": {"DisplayName": "dBm"}}}}
+            ),
+            "UNIT_UNKNOWN",
+            "T: unit 'dBm' is logarithmic",
+        ),
     ],
 )
 def test_opcua_bad_payloads(payload: bytes, reason: str, says: str) -> None:

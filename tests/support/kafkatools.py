@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from headwater import record_headers as rh
 from headwater.enricher.topics import EnricherTopics
@@ -162,12 +162,28 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-end-offsets"})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
+        return {p: _high_watermark(consumer, topic, p) for p in partitions}
     finally:
         consumer.close()
+
+
+_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
+    """The partition's end, asked again while the broker says it has no leader yet.
+
+    A topic the session has just created may have no leader for a moment on a loaded
+    machine (NOT_LEADER_FOR_PARTITION): that is waited out, up to 60 s.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 #: Where each ingest topic's partitions ended when the running test began, by (bootstrap,

@@ -104,6 +104,33 @@ def sparkplug_payload(r: Reading, birth: bool, now_ms: int | None = None) -> byt
     return p.SerializeToString()
 
 
+def sparkplug_node_birth(bd_seq: int, now_ms: int) -> bytes:
+    """Encode an NBIRTH as Sparkplug 3.0 requires one: ``bdSeq`` and Node Control/Rebirth."""
+    p = spb.Payload(timestamp=now_ms, seq=0)
+    p.metrics.add(name="bdSeq", timestamp=now_ms, datatype=spb.DATA_TYPE_INT64, long_value=bd_seq)
+    p.metrics.add(
+        name="Node Control/Rebirth", timestamp=now_ms, datatype=spb.DATA_TYPE_BOOLEAN,
+        boolean_value=False,
+    )  # fmt: skip
+    return p.SerializeToString()
+
+
+def sparkplug_node_death(bd_seq: int) -> bytes:
+    """Encode an NDEATH: the MQTT will an edge node registers when it connects.
+
+    The broker publishes it long after it was made, so it has no timestamp, only the
+    ``bdSeq`` of the session it ends (Sparkplug 3.0, 6.4.7).
+    """
+    p = spb.Payload()
+    p.metrics.add(name="bdSeq", datatype=spb.DATA_TYPE_INT64, long_value=bd_seq)
+    return p.SerializeToString()
+
+
+def sparkplug_device_death(now_ms: int, seq: int) -> bytes:
+    """Encode a DDEATH: a timestamp and the node's sequence number, no metrics."""
+    return spb.Payload(timestamp=now_ms, seq=seq).SerializeToString()
+
+
 def opcua_payload(r: Reading, now_ms: int | None = None) -> bytes:
     """Encode ``r`` as an OPC UA PubSub JSON network message (one keyframe data-set message)."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -1,6 +1,7 @@
 """asyncua's own server as the OPC UA server of the tests: a press with changing values.
 
-``ns=2;s=Temperature`` (Double, writable), ``ns=2;s=Count`` (Int32) and the method
+``ns=2;s=Temperature`` (Double, writable, in °C: its EngineeringUnits property, as
+OPC 10000-8 defines it), ``ns=2;s=Count`` (Int32, no unit) and the method
 ``ns=2;s=Reset`` on ``ns=2;s=Press`` (Int64 in, its double out). A new
 :class:`PressServer` on the same port is a restarted server that kept nothing.
 """
@@ -13,6 +14,13 @@ from typing import Any
 from asyncua import Server, ua
 
 NS = 2  # the first namespace a server registers
+#: The Temperature's unit: UNECE's CEL (degree Celsius) as OPC 10000-8, 5.6.3 numbers it.
+CELSIUS = ua.EUInformation(
+    NamespaceUri="http://www.opcfoundation.org/UA/units/un/cefact",
+    UnitId=4408652,
+    DisplayName=ua.LocalizedText("°C"),
+    Description=ua.LocalizedText("degree Celsius"),
+)
 
 
 class PressServer:
@@ -36,6 +44,12 @@ class PressServer:
             ua.NodeId("Temperature", ns), "Temperature", temperature, ua.VariantType.Double
         )
         await self.temperature.set_writable()
+        await self.temperature.add_property(
+            ua.NodeId("Temperature.EngineeringUnits", ns),
+            ua.QualifiedName("EngineeringUnits", 0),
+            CELSIUS,
+            datatype=ua.NodeId(ua.ObjectIds.EUInformation),
+        )
         self.count = await press.add_variable(
             ua.NodeId("Count", ns), "Count", 0, ua.VariantType.Int32
         )

@@ -75,14 +75,14 @@ async def test_sparkplug_and_json_reach_kafka_untransformed(
     r = vendors.Reading(21.5, 40.0, 101_325.0, 3.3)
     node = f"spBv1.0/{group}/%s/edge1"
     spb = [
-        (node % "NBIRTH", b"\x08\x01"),
+        (node % "NBIRTH", vendors.sparkplug_node_birth(1, 1_700_000_000_000)),
         (node % "DBIRTH" + "/press", vendors.sparkplug_payload(r, birth=True)),
         (node % "DDATA" + "/press", vendors.sparkplug_payload(r, birth=False)),
         (node % "NDATA", b"\x08\x02"),
         (f"spBv1.0/STATE/{group}", b'{"online": true}'),  # host state: not device data
         (node % "NCMD", b"\x08\x03"),  # a command to the node: not device data
-        (node % "DDEATH" + "/press", b"\x08\x04"),
-        (node % "NDEATH", b"\x08\x05"),
+        (node % "DDEATH" + "/press", vendors.sparkplug_device_death(1_700_000_004_000, 4)),
+        (node % "NDEATH", vendors.sparkplug_node_death(1)),  # the node's MQTT will
     ]
     plain = readings(plant, "m1", 5)
     async with gateway_in_process(config):
@@ -99,11 +99,11 @@ async def test_sparkplug_and_json_reach_kafka_untransformed(
     device_msgs = by_device[f"{group}:edge1:press"]
     json_msgs = by_device[f"acme-{plant}-m1"]
     assert [m.content_type.split("=")[-1] for m in node_msgs] == ["NBIRTH", "NDATA", "NDEATH"]
-    assert [m.payload for m in node_msgs] == [b"\x08\x01", b"\x08\x02", b"\x08\x05"]
+    assert [m.payload for m in node_msgs] == [spb[0][1], b"\x08\x02", spb[7][1]]
     assert [m.content_type for m in device_msgs] == [
         f"{vendors.SPARKPLUG_B}; message-type={t}" for t in ("DBIRTH", "DDATA", "DDEATH")
     ]
-    assert [m.payload for m in device_msgs] == [p for _, p in spb[1:3]] + [b"\x08\x04"]
+    assert [m.payload for m in device_msgs] == [p for _, p in spb[1:3]] + [spb[6][1]]
     assert [m.payload for m in json_msgs] == [p for _, p in plain]
     assert {m.content_type for m in json_msgs} == {ACME}
     assert [m.sequence for m in json_msgs] == [1, 2, 3, 4, 5]

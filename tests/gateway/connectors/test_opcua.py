@@ -96,6 +96,13 @@ async def test_data_changes_arrive_as_pubsub_json_with_status_and_timestamps(
     assert values(msgs, "Strokes") == [0, 9, 20]
     good, bad = [m["Payload"]["Temperature"] for m in msgs if "Temperature" in m["Payload"]][1:]
     assert good["Value"] == {"Type": 11, "Body": 21.5} and "Status" not in good
+    # The item's EngineeringUnits, read from the server when the connector subscribed.
+    assert good["EngineeringUnits"] == {
+        "NamespaceUri": "http://www.opcfoundation.org/UA/units/un/cefact",
+        "UnitId": 4408652,
+        "DisplayName": {"Text": "°C"},
+        "Description": {"Text": "degree Celsius"},
+    }
     assert good["SourceTimestamp"] == "2026-01-02T03:04:05.678000Z"
     assert datetime.fromisoformat(good["ServerTimestamp"]) > datetime.now(UTC) - timedelta(
         minutes=5
@@ -104,6 +111,28 @@ async def test_data_changes_arrive_as_pubsub_json_with_status_and_timestamps(
     assert bad["SourceTimestamp"] == "2026-01-02T03:04:06.678000Z"
     strokes = [m for m in msgs if "Strokes" in m["Payload"]]
     assert strokes[-1]["Payload"]["Strokes"]["Value"]["Type"] == 6  # Int32
+    assert "EngineeringUnits" not in strokes[-1]["Payload"]["Strokes"]  # Count has none
+
+
+async def test_items_without_engineering_units_have_none(
+    start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
+) -> None:
+    running = await start_ingest(ingest_settings)
+    server = PressServer(free_port())
+    await server.start()
+    device = f"acme-press-{uuid.uuid4().hex[:6]}"
+    connector = opcua_connector(server, device)
+    connector["items"] = [{"node_id": f"ns={NS};s=Count"}]  # no item with a unit at all
+    config = write_config(tmp_path / "gateway.yaml", running.target, [connector])
+    try:
+        async with gateway_in_process(config):
+            await server.set(server.count, 3, datetime.now(UTC))
+            await wait_until(lambda: 3 in values(changes(kafka_bootstrap, device), "Count"),
+                             30, "the count")  # fmt: skip
+    finally:
+        await server.stop()
+    assert all("EngineeringUnits" not in m["Payload"]["Count"]
+               for m in changes(kafka_bootstrap, device))  # fmt: skip
 
 
 async def test_a_server_restart_is_marked_as_a_gap_then_data_flows_again(

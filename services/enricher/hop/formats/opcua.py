@@ -11,7 +11,9 @@ DataValue (1.04 ``{"Value": <Variant>, "Status": ..., "SourceTimestamp": ...}``,
 Variant's members plus ``"StatusCode": {"Code": ..., "Symbol": ...}``). Numeric and boolean
 values are measurements; a value whose status code is Bad is not (nor is every field of a
 data-set message whose own status is Bad). The data messages carry no engineering units
-(those are in the data-set metadata), so the unit is empty.
+(those are in the data-set metadata), so the unit is empty, unless a DataValue carries its
+item's ``"EngineeringUnits"`` (an EUInformation in the JSON encoding, as Headwater's OPC UA
+connector adds it): then its ``DisplayName`` is the unit, converted like any other.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from headwater.enricher.hop.formats.base import (
     Normalized,
     NormalizeError,
     load_json,
+    measure,
 )
 from headwater.enricher.hop.formats.registry import register
 from headwater.enricher.hop.media_type import MediaType
@@ -131,6 +134,23 @@ def field_value(value: Any, where: str) -> tuple[float | None, int | None]:
     return None, source  # a DataValue with a status or timestamps only
 
 
+def field_unit(value: Any, where: str) -> str:
+    """Return the unit of a field value's ``EngineeringUnits`` (its DisplayName), or "".
+
+    A LocalizedText is ``{"Locale", "Text"}``, or its text alone (1.04 non-reversible).
+    """
+    eu = value.get("EngineeringUnits") if isinstance(value, dict) else None
+    if eu is None:
+        return ""
+    name = eu.get("DisplayName", "") if isinstance(eu, dict) else None
+    text = name.get("Text", "") if isinstance(name, dict) else name
+    if not isinstance(text, str):
+        raise NormalizeError(
+            "PAYLOAD_INVALID", f"{where}.EngineeringUnits: {eu!r} is no EUInformation"
+        )
+    return text.strip()
+
+
 def _data_set_messages(doc: Any) -> list[Any]:
     if isinstance(doc, list):
         return doc
@@ -170,6 +190,11 @@ def opcua_pubsub_json(payload: bytes, media: MediaType) -> Normalized:
         message_ms = _time_ms(dsm.get("Timestamp"), f"{where}.Timestamp")
         for name, encoded in fields.items():
             number, source_ms = field_value(encoded, f"{where}.Payload.{name}")
-            if number is not None:
-                values.append(Measurement(name, number, "", source_ms or message_ms))
+            if number is None:
+                continue
+            unit = field_unit(encoded, f"{where}.Payload.{name}")
+            if unit:  # to the canonical unit, as every format's measurements are
+                converted = measure(name, number, unit)
+                number, unit = converted.value, converted.unit
+            values.append(Measurement(name, number, unit, source_ms or message_ms))
     return Normalized("telemetry", SOURCE_FORMAT, values)

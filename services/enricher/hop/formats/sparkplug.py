@@ -11,6 +11,12 @@ The MQTT topic, which carries the Sparkplug message type, is not part of a devic
 the gateway passes it as a media type parameter, ``message-type=DBIRTH`` (or NBIRTH, DDATA,
 NDATA...). A birth replaces the device's definitions; any other message type (or none)
 only adds the name/alias pairs it states.
+
+A death (NDEATH, DDEATH) says the node or device went offline: the values last read from
+it are stale until its next birth (Sparkplug 3.0, 6.4.7 and 6.4.11). It is an alarm event
+(code ``NDEATH``/``DDEATH``, severity warning), not telemetry: the bdSeq metric of an
+NDEATH numbers the session that ended, it is no reading, so it goes into the alarm's text.
+The definitions are left as they are; the next birth replaces them.
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 CONTENT_TYPE = "application/vnd.eclipse.sparkplug.b+protobuf"
 SOURCE_FORMAT = "sparkplug.b+protobuf"
 BIRTHS = frozenset({"NBIRTH", "DBIRTH"})
-MESSAGE_TYPES = BIRTHS | {"NDATA", "DDATA", "NCMD", "DCMD", "NDEATH", "DDEATH"}
+DEATHS = frozenset({"NDEATH", "DDEATH"})
+MESSAGE_TYPES = BIRTHS | DEATHS | {"NDATA", "DDATA", "NCMD", "DCMD"}
+#: The severity of a death's alarm (the enricher's 0..3: unspecified, info, warning, critical).
+DEATH_SEVERITY = 2
+_DEATH_TEXT = {
+    "NDEATH": "edge node offline: its metrics and its devices' are stale until its next birth",
+    "DDEATH": "device offline: its metrics are stale until its next birth",
+}
 
 #: Datatypes whose value is a measurement: the integers, Float, Double and Boolean (as 0/1).
 NUMERIC = frozenset(range(1, 12))
@@ -111,6 +124,8 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
             f"{len(p.metrics)} metrics in one payload are over the cap of "
             f"{caps.sparkplug_max_metrics} ({caps.variable('sparkplug_max_metrics')})",
         )
+    if message_type in DEATHS:
+        return _death(message_type, p)
     max_name = caps.sparkplug_max_name_chars
     birth = message_type in BIRTHS
     payload_ms = p.timestamp if p.HasField("timestamp") else None
@@ -144,3 +159,12 @@ def sparkplug_b(payload: bytes, media: MediaType) -> Normalized:
         replaces_definitions=birth,
         pending=pending,
     )
+
+
+def _death(message_type: str, p: spb.Payload) -> Normalized:
+    """Return the alarm of an NDEATH or DDEATH (see the module docstring)."""
+    text = _DEATH_TEXT[message_type]
+    bd_seq = next((m for m in p.metrics if m.name == "bdSeq"), None)
+    if bd_seq is not None and (value := _value(bd_seq)) is not None:
+        text += f" (bdSeq {int(value)})"
+    return Normalized("alarm", SOURCE_FORMAT, alarm=(message_type, DEATH_SEVERITY, text))

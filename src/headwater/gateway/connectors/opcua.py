@@ -3,11 +3,13 @@
 One session per connector and one subscription with the configured monitored items
 (sampling interval, queue size, deadband). Each data change becomes a device message in
 the OPC UA PubSub JSON form (:mod:`.opcua_json`) with its status code and source and
-server timestamps. When the session is lost the connector reconnects with backoff and
-creates the subscription again; the server sends each item's current value, and the
-time without a session is spooled as a gap message (status BadNoCommunication), logged
-and counted, so a reconnect is never silent. An OPC UA server cannot be asked to wait,
-so a full spool drops the oldest messages (counted, logged).
+server timestamps, and the item's engineering unit: the value of its ``EngineeringUnits``
+property (an EUInformation, OPC 10000-8, 5.6.3), read for all items once a session, when
+it subscribes (a data change does not carry it). When the session is lost the connector
+reconnects with backoff and creates the subscription again; the server sends each item's
+current value, and the time without a session is spooled as a gap message (status
+BadNoCommunication), logged and counted, so a reconnect is never silent. An OPC UA server
+cannot be asked to wait, so a full spool drops the oldest messages (counted, logged).
 
 Commands: ``write`` (``{"node_id": ..., "value": ...}``, only nodes listed in
 ``writable``; the value takes the node's data type) and each configured method by its
@@ -50,6 +52,8 @@ class OpcUaConnector(Connector):
         self._changes: asyncio.Queue[NewMessage] = asyncio.Queue(10 * _BATCH)
         self._sequence = 0
         self._fields = {i + 1: item for i, item in enumerate(config.items)}
+        #: Client handle -> the item's EngineeringUnits in JSON (None: it has none), per session.
+        self._units: dict[int, dict[str, Any] | None] = {}
 
     # --- reading ---------------------------------------------------------------------
 
@@ -103,6 +107,7 @@ class OpcUaConnector(Connector):
         client.connection_lost_callback = on_lost
         await client.connect()
         try:
+            self._units = await self._read_units(client)
             subscription = await client.create_subscription(
                 ua.CreateSubscriptionParameters(
                     RequestedPublishingInterval=c.publishing_interval_ms,
@@ -151,6 +156,40 @@ class OpcUaConnector(Connector):
             with contextlib.suppress(Exception):  # the server may be gone: best effort
                 await asyncio.wait_for(client.disconnect(), c.timeout_s)
 
+    async def _read_units(self, client: Client) -> dict[int, dict[str, Any] | None]:
+        """Return each item's EngineeringUnits, in two requests for all items.
+
+        The property's node ids (TranslateBrowsePathsToNodeIds), then their values. An item
+        without the property (a count, a state), or whose property the server does not let
+        us read, has no unit. A refused request fails the session, as a refused subscription
+        does (both are sent for all items at once: a server's operation limits are not split
+        into several requests yet).
+        """
+        handles = list(self._fields)
+        units: dict[int, dict[str, Any] | None] = dict.fromkeys(handles)
+        paths = []
+        for handle in handles:
+            path = ua.BrowsePath()
+            path.StartingNode = ua.NodeId.from_string(self._fields[handle].node_id)
+            path.RelativePath = ua.RelativePath.from_string(".0:EngineeringUnits")
+            paths.append(path)
+        found = await client.uaclient.translate_browsepaths_to_nodeids(paths)
+        have = [(h, r.Targets[0].TargetId) for h, r in zip(handles, found, strict=True)
+                if r.StatusCode.is_good() and r.Targets]  # fmt: skip
+        if not have:  # a Read of no node is refused (BadNothingToDo)
+            return units
+        read = await client.uaclient.read_attributes(
+            [ua.NodeId(t.Identifier, t.NamespaceIndex) for _, t in have], ua.AttributeIds.Value
+        )
+        for (handle, _), dv in zip(have, read, strict=True):
+            value = dv.Value.Value if dv.Value is not None else None
+            if isinstance(value, ua.EUInformation):
+                units[handle] = opcua_json.eu_information(
+                    value.NamespaceUri, value.UnitId, value.DisplayName.Text,
+                    value.Description.Text,
+                )  # fmt: skip
+        return units
+
     async def _mark_gap(self, lost: datetime, back: datetime) -> None:
         self.health.gaps_total += 1
         log.warning(
@@ -185,6 +224,7 @@ class OpcUaConnector(Connector):
             dv.StatusCode.value if dv.StatusCode else 0,
             dv.SourceTimestamp,
             dv.ServerTimestamp,
+            self._units.get(handle),
         )
         await self._changes.put(self._message(payload, None))
 

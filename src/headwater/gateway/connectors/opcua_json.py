@@ -6,6 +6,13 @@ field: a DataValue in the 1.04 JSON encoding (``{"Value": {"Type": 11, "Body": 2
 lost the server and values may be missing) is a data-set message with the status
 ``BadNoCommunication`` and the times the link was lost and back: the enricher takes no
 measurement from it, and anyone reading the ingest topic sees where data is missing.
+
+A data change of an item with an engineering unit carries it in its DataValue as
+``"EngineeringUnits"``: the item's EUInformation (OPC 10000-8, 5.6.3) in the JSON encoding,
+members with default values left out (``{"NamespaceUri": ..., "UnitId": 4408652,
+"DisplayName": {"Text": "°C"}}``). Not in the standard's DataValue (the unit is in the
+data-set metadata, which a message of its own would carry): the enricher reads the unit
+from there.
 """
 
 from __future__ import annotations
@@ -47,6 +54,22 @@ def body(type_id: int, value: Any) -> Any:
     return str(value)
 
 
+def eu_information(
+    namespace_uri: str | None, unit_id: int, display_name: str | None, description: str | None
+) -> dict[str, Any]:
+    """Return an EUInformation in the JSON encoding (members with default values left out)."""
+    doc: dict[str, Any] = {}
+    if namespace_uri:
+        doc["NamespaceUri"] = namespace_uri
+    if unit_id:
+        doc["UnitId"] = unit_id
+    if display_name:
+        doc["DisplayName"] = {"Text": display_name}
+    if description:
+        doc["Description"] = {"Text": description}
+    return doc
+
+
 def data_change(
     publisher_id: str,
     writer_id: int,
@@ -57,9 +80,12 @@ def data_change(
     status: int,
     source_time: datetime | None,
     server_time: datetime | None,
+    engineering_units: dict[str, Any] | None = None,
 ) -> bytes:
-    """Return the network message of one data change."""
+    """Return the network message of one data change (of an item with these units)."""
     data_value: dict[str, Any] = {"Value": {"Type": type_id, "Body": body(type_id, value)}}
+    if engineering_units:
+        data_value["EngineeringUnits"] = engineering_units
     if status:
         data_value["Status"] = status
     if source_time is not None:
