@@ -37,6 +37,7 @@ from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
+from headwater_dev.bench.enricher import cpu as bench_cpu
 from headwater_dev.bench.enricher import query as bench
 
 #: Issue 40's target: seconds from the backlog's end to drained and p99 under the bound.
@@ -189,10 +190,12 @@ def bench_recovery(
         held_at = time.time()
         time.sleep(max(0.0, backlog_s - (time.time() - held_at)))
         released, jit_before = time.time(), bench.jit_ms(spark)
+        cpu_before, seen_before = bench_cpu.snapshot(), watch.count
         query = start()
         drained_count = load.sent_by(released)
         progress = _released_progress(query, watch, drained_count, released, limit_s, progress_path)
         jit_recovery = bench.jit_ms(spark) - jit_before
+        cpu = bench_cpu.per_message_us(cpu_before, bench_cpu.snapshot(), watch.count - seen_before)
     finally:
         load.stop_flag = True
         load.join(10)
@@ -219,6 +222,9 @@ def bench_recovery(
             round(p) if math.isfinite(p) else None for s, p in found.p99_by_step if s == int(s)
         ],
         # Every batch after the release: [rows, triggerExecution ms], in order.
+        # CPU per completed message from the release on, by part (the offered load's too):
+        # the figure that moves least with the machine's other load.
+        "cpu_recovery": cpu,
         # Milliseconds the driver JVM's JIT spent compiling from the release on.
         "jit_ms_recovery": jit_recovery,
         # Every batch after the release: [rows, triggerExecution ms, of which addBatch], in
