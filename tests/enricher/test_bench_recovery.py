@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -75,3 +76,25 @@ def test_a_negative_backlog_is_refused() -> None:
     with pytest.raises(SystemExit) as refused:
         main(["--backlog-s", "-1"])
     assert refused.value.code == 2
+
+
+def test_the_offered_load_knows_what_it_had_sent_by_a_time(kafka_bootstrap, topic_factory):
+    """OfferedLoad: paced records with unique ids, and the count by a moment (the release's)."""
+    from headwater import record_headers as rh
+    from headwater.kafka.read import read_topic
+    from headwater_dev.bench.enricher.recovery import OfferedLoad
+
+    topic = topic_factory("offered", partitions=2)
+    load = OfferedLoad(kafka_bootstrap, topic, 400, 10, "t")
+    load.start()
+    try:
+        at = time.time() + 1.0
+        by_then = load.sent_by(at)  # waits for the slice that ends after ``at``
+        assert load.marks[-1][0] >= at
+        assert 200 <= by_then <= 800  # ~400 a second, paced, for ~1 s
+    finally:
+        load.stop_flag = True
+        load.join(10)
+    records = read_topic(kafka_bootstrap, topic)
+    ids = [dict(m.headers() or [])[rh.MESSAGE_ID] for m in records]
+    assert len(ids) == len(set(ids)) == load.sent >= by_then

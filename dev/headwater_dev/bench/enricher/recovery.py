@@ -75,7 +75,12 @@ class OfferedLoad(threading.Thread):
             self.marks.append((time.time(), self.sent))
 
     def sent_by(self, at: float) -> int:
-        """Return the records sent by the first slice that ended at or after ``at``."""
+        """Return the records sent by the first slice that ended at or after ``at``.
+
+        Waits for that slice to end while the load runs.
+        """
+        while self.is_alive() and not (self.marks and self.marks[-1][0] >= at):
+            time.sleep(0.05)
         return next((n for t, n in self.marks if t >= at), self.sent)
 
 
