@@ -89,3 +89,16 @@ def test_every_command_has_help():
             timeout=60,
         )
         assert result.returncode == 0 and "usage: headwater" in result.stdout, args
+
+
+def test_a_negative_warm_up_is_refused_before_anything_starts(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "devstack", "run", "--warmup", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stdout.strip() == "--warmup -1: use 0 (none) or more seconds"
+    assert not (tmp_path / ".devstack").exists()

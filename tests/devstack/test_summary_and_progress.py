@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 
+from headwater.proto.events.v1 import completion_pb2
 from headwater_dev.devstack.progress import ProgressLine
-from headwater_dev.devstack.summary import guarantees, render
+from headwater_dev.devstack.stack import DevStackOptions
+from headwater_dev.devstack.summary import end_to_end, guarantees, render
 
 SUMMARY = {
     "duration_s": 60.0,
@@ -30,6 +32,9 @@ SUMMARY = {
         "messages_without_terminal_completion": 3,
         "end_to_end_p50_ms": 800.0,
         "end_to_end_p99_ms": 2100.5,
+        "parked_end_to_end_p50_ms": 21000.0,
+        "parked_end_to_end_p99_ms": 38000.0,
+        "latency_warmup_s": 20.0,
     },
 }
 
@@ -121,3 +126,49 @@ def test_enricher_stage_names_the_spark_master_it_ran_on():
     table = render({**SUMMARY, "spark": {"master": "spark://127.0.0.1:7077"}})
     assert row(table, "Spark master")[-1] == "spark://127.0.0.1:7077"
     assert "Spark master" not in render(SUMMARY)  # a summary written before the row existed
+
+
+def test_latency_rows_keep_parked_retries_apart_and_name_the_warm_up():
+    table = render(SUMMARY)
+    assert row(table, "end-to-end latency p50 / p99, not parked")[-4:] == [
+        "800.0",
+        "/",
+        "2100.5",
+        "ms",
+    ]
+    assert row(table, "end-to-end latency p50 / p99, parked, then retried")[-4:-1] == [
+        "21000.0",
+        "/",
+        "38000.0",
+    ]
+    assert row(table, "- warm-up left out (messages received in it)")[-2:] == ["20", "s"]
+    no_warmup = {**SUMMARY, "enricher": {**SUMMARY["enricher"], "latency_warmup_s": 0.0}}
+    assert "none: the run is too short" in render(no_warmup)
+
+
+def _completion(message_id: str, outcome: int, written_ms: int):
+    return completion_pb2.Completion(message_id=message_id, outcome=outcome), written_ms
+
+
+def test_end_to_end_splits_parked_messages_and_leaves_the_warm_up_out():
+    enriched, retry = completion_pb2.OUTCOME_ENRICHED, completion_pb2.OUTCOME_RETRY_SCHEDULED
+    received = {"warm": 500, "a": 1_000, "b": 1_100, "late": 1_200, "dup": 1_300}
+    completions = [
+        _completion("warm", enriched, 900),  # received in the warm-up
+        _completion("a", enriched, 1_800),
+        _completion("late", retry, 1_900),  # parked: its device's master data came late
+        _completion("b", enriched, 2_100),
+        _completion("dup", completion_pb2.OUTCOME_DUPLICATE, 1_400),  # not enriched
+        _completion("late", enriched, 31_200),
+        _completion("unknown", enriched, 2_000),  # not read back from ingest
+    ]
+    direct, parked = end_to_end(completions, received, measured_from_ms=1_000)
+    assert direct == [800, 1_000]
+    assert parked == [30_000]
+
+
+def test_the_warm_up_applies_only_when_it_leaves_half_the_run_measured():
+    assert DevStackOptions().latency_warmup_s == 20.0  # 60 s runs
+    assert DevStackOptions(duration_s=40).latency_warmup_s == 20.0
+    assert DevStackOptions(duration_s=39).latency_warmup_s == 0.0
+    assert DevStackOptions(duration_s=10, warmup_s=0).latency_warmup_s == 0.0

@@ -59,6 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=Path(".devstack/run"),
         help="logs and summary (default %(default)s)",
     )
+    run.add_argument(
+        "--warmup",
+        type=float,
+        default=20.0,
+        help="seconds of traffic at the start left out of the end-to-end latency (Spark "
+        "compiles the query's code in them); none when --duration is under twice this",
+    )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     _brokers_argument(run)
     run.add_argument(
@@ -302,6 +309,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.chaos and args.brokers < 3:
         print("--chaos kills a broker: it needs a cluster that survives it, --brokers 3")
         return 2
+    if args.warmup < 0:
+        print(f"--warmup {args.warmup:g}: use 0 (none) or more seconds")
+        return 2
     _preflight(not args.no_enricher)
     opts = DevStackOptions(
         duration_s=args.duration,
@@ -315,6 +325,7 @@ def _run(args: argparse.Namespace) -> int:
         brokers=args.brokers,
         chaos=args.chaos,
         spark_workers=args.spark_workers,
+        warmup_s=args.warmup,
     )
     interrupt_on_stop()  # the run's finally blocks stop what it started
     try:

@@ -32,6 +32,9 @@ the same way.
 It prints one JSON line per fleet size and query (with where a micro-batch's time goes:
 ``profile_drain``, ``profile_offered``), then each target of issue 27 with met/missed, the
 floors' figures beside it. Numbers, not assertions: this is not a test.
+
+With ``--backlog-s``, last: the enricher's recovery from a backlog at ``--rate``
+(``recovery.py``), its JSON line and its target.
 """
 
 from __future__ import annotations
@@ -165,13 +168,14 @@ def raw_ceiling(bootstrap: str, source: str, sink: str, n: int) -> float:
 
 
 class CompletionWatch(threading.Thread):
-    """Counts completions as they become visible; records ingest-to-visible latency."""
+    """Counts completions as they become visible; records ingest-to-visible latency, and when."""
 
     def __init__(self, bootstrap: str, topic: str, from_end: bool = False) -> None:
         super().__init__(daemon=True)
         self.c = _consumer(bootstrap, topic, from_end)
         self.count, self.first_t, self.last_t = 0, 0.0, 0.0
         self.latency_ms: list[float] = []
+        self.seen_ms: list[float] = []  # when each latency's completion became visible
         self.stop_flag = False
         self.measure_after_ms = 0
 
@@ -187,6 +191,7 @@ class CompletionWatch(threading.Thread):
                 self.last_t = time.perf_counter()
                 received = dict(m.headers() or []).get(rh.RECEIVED_AT_MS)
                 if received and int(received) >= self.measure_after_ms > 0:
+                    self.seen_ms.append(now)
                     self.latency_ms.append(now - int(received))
         self.c.close()
 
@@ -603,9 +608,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a Spark SQL setting for both queries, to measure a lever (repeatable)",
     )
+    add_recovery_argument(parser)
     args = parser.parse_args(argv)
     if args.batch_records < 1 or args.messages // args.batch_records < 10:
         parser.error("--messages must hold at least 10 batches of --batch-records")
+    if args.backlog_s < 0:
+        parser.error("--backlog-s must be 0 (no recovery phase) or more seconds")
 
     from headwater.enricher.driver import job
     from headwater.enricher.driver.stderr_json import route_stderr_through_json
@@ -657,13 +665,38 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure(devices, kind, warmup if args.warmup_seconds > 0 else 0)
                 results.append(result)
                 print(json.dumps(result), flush=True)
-        for line in check_targets(results):
+        recovery_target = measure_recovery(args, spark, bootstrap)
+        for line in check_targets(results) + recovery_target:
             print("target:", line, flush=True)
     finally:
         spark.stop()
         if broker:
             broker.stop()
     return 0
+
+
+def add_recovery_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--backlog-s``: the recovery phase (``recovery.py``), off by default."""
+    parser.add_argument(
+        "--backlog-s",
+        type=float,
+        default=0.0,
+        help="after the other queries, measure the enricher's recovery from a backlog of this "
+        "many seconds at --rate (issue 40: 60; the first --devices; 0: not measured)",
+    )
+
+
+def measure_recovery(args: argparse.Namespace, spark: Any, bootstrap: str) -> list[str]:
+    """Run the recovery phase if ``--backlog-s`` asks; print its figures, return its target."""
+    if not args.backlog_s:
+        return []
+    from headwater_dev.bench.enricher import recovery
+
+    result = recovery.bench_recovery(
+        spark, bootstrap, args.devices[0], args.rate, args.backlog_s, args.warmup_seconds
+    )
+    print(json.dumps(result), flush=True)
+    return [recovery.target_line(result)]
 
 
 if __name__ == "__main__":
