@@ -69,8 +69,13 @@ class Publishes:
         left = time_left(context.time_remaining())
         calls.admission.check_deadline(left)
         calls.admission.check_room(gateway)
-        async with calls.admission.reading_body(gateway, left):
+        reading = calls.admission.reading_body(gateway, left)
+        if not reading.take_now():  # most reads go at once: no coroutine, no wait
+            await reading.take()
+        try:
             request = await _read_request(context)
+        finally:
+            reading.give()
         # The place is the arrival order of this gateway's requests (no await between the
         # body's arrival and here).
         place = calls.order.join(gateway.gateway_id)
