@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
 
 from headwater import wire
 from headwater.endpoints import SERVICE_NAME, Endpoint
@@ -79,11 +78,8 @@ class Publishes:
         # The place is the arrival order of this gateway's requests (no await between the
         # body's arrival and here).
         place = calls.order.join(gateway.gateway_id)
-        with calls.tracer.start_as_current_span(
-            f"{SERVICE_NAME}/{ep.publish_method}",
-            context=trace_parent(metadata),
-            kind=SpanKind.SERVER,
-            attributes=calls.span_attrs[ep.publish_method],
+        with calls.server_span(
+            f"{SERVICE_NAME}/{ep.publish_method}", ep.publish_method, trace_parent(metadata)
         ) as span:
             try:
                 _, results = await calls.frames.write(
