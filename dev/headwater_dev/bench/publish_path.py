@@ -56,6 +56,12 @@ class AckNextStep:
     async def send(
         self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
     ) -> asyncio.Future[Delivered]:
+        """Queue one record (as :meth:`send_now`)."""
+        return self.send_now(topic, key, value, headers)
+
+    def send_now(
+        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]
+    ) -> asyncio.Future[Delivered]:
         """Queue one record; its future resolves on the next loop step, with the others."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Delivered] = loop.create_future()

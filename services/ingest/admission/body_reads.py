@@ -72,11 +72,16 @@ class BodyReads:
         Raises:
             OverloadedError: no room came within ``wait_s``.
         """
+        if not self.take_now(key):
+            await self._wait(key, wait_s)
+
+    def take_now(self, key: str | None) -> bool:
+        """Book a read of gateway ``key`` if it may go at once (no wait); True if booked."""
         # Waiters that cannot go (their gateway is reading) do not hold this one back.
         if self._fits(key) and not any(self._fits(k) for k, _ in self._line):
             self._book(key)
-        else:
-            await self._wait(key, wait_s)
+            return True
+        return False
 
     def give(self, key: str | None) -> None:
         """Give back a read booked by :meth:`take`, and let waiting reads in."""
@@ -156,8 +161,28 @@ class Reading:
         self._key = key
         self._wait_s = wait_s
 
-    async def __aenter__(self) -> None:
+    def take_now(self) -> bool:
+        """Book the reservation if that needs no wait (True); else :meth:`take` must wait.
+
+        With :meth:`give`, the plain form of the ``async with`` block for the publish
+        path (issue 40): most reads go at once, without a coroutine.
+        """
+        return self._reads.take_now(self._key)
+
+    async def take(self) -> None:
+        """Book the reservation, waiting for room as long as allowed.
+
+        Raises:
+            OverloadedError: no room came in time.
+        """
         await self._reads.take(self._key, self._wait_s)
+
+    def give(self) -> None:
+        """Give the reservation back (once, after :meth:`take_now` or :meth:`take`)."""
+        self._reads.give(self._key)
+
+    async def __aenter__(self) -> None:
+        await self.take()
 
     async def __aexit__(
         self,
@@ -165,4 +190,4 @@ class Reading:
         _value: BaseException | None,
         _traceback: TracebackType | None,
     ) -> None:
-        self._reads.give(self._key)
+        self.give()

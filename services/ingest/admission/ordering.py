@@ -20,18 +20,31 @@ overload from being written before it is sent again.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from types import TracebackType
 
 from headwater.ingest.errors import OverloadedError
 
 
 class Place:
-    """One request's place in its gateway's line; :meth:`turn` waits for it, then holds it."""
+    """One request's place in its gateway's line; :meth:`turn` waits for it, then holds it.
 
-    def __init__(self, line: IssueLine, ahead: asyncio.Future[None] | None) -> None:
+    Plain bookkeeping (issue 40): a place is an entry in its line, and a future is made
+    only for a request that must wait; one whose turn has come when it gets there (most
+    of them) costs no future, callback or await.
+    """
+
+    __slots__ = ("_left", "_line", "_waiter")
+
+    def __init__(self, line: IssueLine) -> None:
         self._line = line
-        self._ahead = ahead
-        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._left = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def first(self) -> bool:
+        """True once every earlier request of the gateway has issued its records (or left)."""
+        return self._line.head is self
 
     def turn(self) -> Place:
         """Wait (``async with``) until every earlier request of the gateway has issued its records.
@@ -44,12 +57,17 @@ class Place:
 
     async def __aenter__(self) -> None:
         # A class, not an @asynccontextmanager: entered by every request (issue 23).
-        if self._ahead is not None and not self._ahead.done():
-            try:
-                await asyncio.shield(self._ahead)
-            except BaseException:
-                self.leave()
-                raise
+        if not self.first:
+            await self.wait()
+
+    async def wait(self) -> None:
+        """Wait until :attr:`first`; leave the line if the wait ends otherwise."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        except BaseException:
+            self.leave()
+            raise
 
     async def __aexit__(
         self,
@@ -61,40 +79,50 @@ class Place:
 
     def leave(self) -> None:
         """Hand the turn on (idempotent); used directly by a request refused before its turn."""
-        if self._done.done():
-            return
-        ahead = self._ahead
-        if ahead is None or ahead.done():
-            self._finish()
-        else:
-            ahead.add_done_callback(lambda _: self._finish())
+        if not self._left:
+            self._left = True
+            self._line.left(self)
 
-    def _finish(self) -> None:
-        if not self._done.done():
-            self._done.set_result(None)
-        self._line.forget(self._done)
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class IssueLine:
-    """The line of one gateway: each place waits for the one taken just before it."""
+    """The line of one gateway: the places not yet left, in arrival order."""
 
     def __init__(self, lines: IssueOrder, key: str) -> None:
         self._lines = lines
         self._key = key
-        self._last: asyncio.Future[None] | None = None
+        self._places: deque[Place] = deque()
+
+    @property
+    def head(self) -> Place | None:
+        """The place whose turn it is."""
+        return self._places[0] if self._places else None
 
     def join(self) -> Place:
         """Take the place after the last one taken."""
-        place = Place(self, self._last)
-        self._last = place._done
+        place = Place(self)
+        self._places.append(place)
         return place
 
-    def forget(self, done: asyncio.Future[None]) -> None:
-        """Drop the line once its last place is done (nobody can be waiting on it).
+    def left(self, place: Place) -> None:
+        """Note that ``place`` left; once the head has, the turn goes to the next not left.
 
-        The table then holds only gateways with requests in progress.
+        A place that leaves out of turn (it gave up waiting) stays in the line until the
+        ones ahead have left, so nothing behind it overtakes them. The line is dropped
+        once empty: the table holds only gateways with requests in progress.
         """
-        if self._last is done:
+        places = self._places
+        if places[0] is not place:
+            return
+        while places and places[0]._left:
+            places.popleft()
+        if places:
+            places[0]._wake()
+        else:
             self._lines.drop(self._key)
 
 

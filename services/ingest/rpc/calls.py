@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import TracebackType
 
 import grpc
-from opentelemetry import propagate
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, SpanKind, Tracer
 
 from headwater.endpoints import ENDPOINTS, SERVICE_NAME, Endpoint
 from headwater.ingest.admission.auth import Authenticator, Gateway
@@ -77,6 +79,13 @@ class Calls:
             for ep in ENDPOINTS
             for name in (ep.publish_method, ep.stream_method)
         }
+
+    def server_span(self, name: str, method: str, parent: Context | None = None) -> CurrentSpan:
+        """Start the server span of a call (or stream frame) of ``method``, for a ``with`` block."""
+        span = self.tracer.start_span(
+            name, context=parent, kind=SpanKind.SERVER, attributes=self.span_attrs[method]
+        )
+        return CurrentSpan(span)
 
     def authenticate(
         self, context: grpc.aio.ServicerContext, metadata: tuple[tuple[str, str | bytes], ...]
@@ -155,6 +164,40 @@ class Calls:
             err.message,
             extra={"endpoint": ep.name, "code": err.code.name, "reason": err.reason},
         )
+
+
+class CurrentSpan:
+    """A started span, current in the ``with`` block and ended when it is left.
+
+    What ``tracer.start_as_current_span`` does (an exception leaving the block is recorded
+    on the span and sets its status to ERROR), as a class: that one is two generator-based
+    context managers, entered on every call (issue 40).
+    """
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        exc: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+        span = self._span
+        # Only Exception, as OpenTelemetry's use_span: GeneratorExit, CancelledError and
+        # the like are not errors of the call.
+        if isinstance(exc, Exception) and span.is_recording():
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
 
 
 def trace_parent(metadata: tuple[tuple[str, str | bytes], ...]) -> Context:

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
 
 from headwater import wire
 from headwater.endpoints import SERVICE_NAME, Endpoint
@@ -69,16 +68,18 @@ class Publishes:
         left = time_left(context.time_remaining())
         calls.admission.check_deadline(left)
         calls.admission.check_room(gateway)
-        async with calls.admission.reading_body(gateway, left):
+        reading = calls.admission.reading_body(gateway, left)
+        if not reading.take_now():  # most reads go at once: no coroutine, no wait
+            await reading.take()
+        try:
             request = await _read_request(context)
+        finally:
+            reading.give()
         # The place is the arrival order of this gateway's requests (no await between the
         # body's arrival and here).
         place = calls.order.join(gateway.gateway_id)
-        with calls.tracer.start_as_current_span(
-            f"{SERVICE_NAME}/{ep.publish_method}",
-            context=trace_parent(metadata),
-            kind=SpanKind.SERVER,
-            attributes=calls.span_attrs[ep.publish_method],
+        with calls.server_span(
+            f"{SERVICE_NAME}/{ep.publish_method}", ep.publish_method, trace_parent(metadata)
         ) as span:
             try:
                 _, results = await calls.frames.write(

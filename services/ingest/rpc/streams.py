@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
-from opentelemetry.trace import SpanKind
 
 from headwater import wire
 from headwater.endpoints import SERVICE_NAME, Endpoint
@@ -160,10 +159,8 @@ class Streams:
         if stream_left is not None:
             left = min(left, stream_left)
         # One server span per frame (the unit of work and of answer), not per stream.
-        with calls.tracer.start_as_current_span(
-            f"{SERVICE_NAME}/{ep.stream_method} frame",
-            kind=SpanKind.SERVER,
-            attributes=calls.span_attrs[ep.stream_method],
+        with calls.server_span(
+            f"{SERVICE_NAME}/{ep.stream_method} frame", ep.stream_method
         ) as span:
             try:
                 calls.check_ready()

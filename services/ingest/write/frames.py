@@ -48,6 +48,7 @@ from headwater.ingest.write.messages import MessageChecks, message_id_of
 from headwater.ingest.write.trace_headers import trace_headers
 from headwater.ingest.write.validation import batch_size_limits
 from headwater.ingest.writers.protocol import RecordWriter
+from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.runtime.conventions import messaging_attributes, record_position_attributes
 
@@ -196,22 +197,37 @@ class FrameWriter:
                 *trace_headers(span),
             ]
             failure: Exception | None = None  # what kept the rest of the frame from Kafka
+            issued = 0  # messages handled before anything had to wait
+            if place.first and not self._cpu_lanes.locked():
+                # Nothing to wait for (most single-message calls): issue at once, with no
+                # await, timer or lane taken (no other request runs until this one
+                # waits), and hand the turn on before the acks, as the block below does.
+                try:
+                    issued, last_key = self._issue_now(
+                        ep, frame, gateway, common, results, pending, 0
+                    )
+                except Exception as exc:  # a send failed: the rest is not issued
+                    failure = exc
+                if issued == len(frame.messages) or failure is not None:
+                    place.leave()
             try:
-                # One deadline for the whole frame, the wait for its turn and the acks
-                # included: the broker may block send() itself. The turn comes before the
-                # CPU lane, so a request waiting for an earlier one of its gateway holds no
-                # lane. The acks are awaited after the turn, so a gateway's requests still
-                # overlap at the broker.
-                async with asyncio.timeout_at(deadline):
-                    try:
-                        async with place.turn(), self._cpu_lanes:
-                            last_key = await self._issue(
-                                ep, frame, gateway, common, results, pending
-                            )
-                    except Exception as exc:  # a send failed: the rest is not issued
-                        failure = exc
-                    if pending and failure is None:
-                        await _settled([f for _, _, f in pending])
+                if issued < len(frame.messages) and failure is None:
+                    # One deadline for the rest of the frame, the wait for its turn
+                    # included: the broker may block send() itself. The turn comes before
+                    # the CPU lane, so a request waiting for an earlier one of its gateway
+                    # holds no lane. The acks are awaited after the turn, so a gateway's
+                    # requests still overlap at the broker.
+                    async with asyncio.timeout_at(deadline):
+                        try:
+                            async with place.turn(), self._cpu_lanes:
+                                key = await self._issue(
+                                    ep, frame, gateway, common, results, pending, issued
+                                )
+                            last_key = key or last_key
+                        except Exception as exc:  # a send failed: the rest is not issued
+                            failure = exc
+                if pending and failure is None and not await _settled(pending, deadline):
+                    raise TimeoutError
             except TimeoutError as exc:  # the deadline, while issuing or waiting for acks
                 failure = failure or exc
             if failure is not None:  # every failure becomes the results it left unwritten
@@ -254,6 +270,39 @@ class FrameWriter:
         if 0 in codes:
             self.outcomes.succeeded()
 
+    def _issue_now(
+        self,
+        ep: Endpoint,
+        frame: wire.RawFrame,
+        gateway: Gateway,
+        common: list[tuple[str, bytes]],
+        results: list[api.MessageResult | None],
+        pending: list[tuple[int, str, asyncio.Future]],
+        start: int,
+    ) -> tuple[int, str]:
+        """Check and send ``frame``'s messages from ``start`` on, in order, without waiting.
+
+        Rejections go to ``results``, sent records to ``pending`` (as they are sent, so a
+        failure part-way leaves the ones before it there). Stops before a message whose
+        send would wait (the writer's queue is full) and after YIELD_EVERY messages.
+        Returns where it stopped and the device id of the last record sent ("" if none).
+        """
+        last_key = ""
+        messages = frame.messages
+        end = min(len(messages), start + YIELD_EVERY)
+        for i in range(start, end):
+            raw = messages[i]
+            record = self._record(i, raw, gateway, common, results)
+            if record is None:
+                continue
+            msg, headers = record
+            future = self._writer.send_now(ep.topic, msg.device_id.encode(), raw, headers)
+            if future is None:
+                return i, last_key
+            pending.append((i, msg.message_id, future))
+            last_key = msg.device_id
+        return end, last_key
+
     async def _issue(
         self,
         ep: Endpoint,
@@ -262,33 +311,54 @@ class FrameWriter:
         common: list[tuple[str, bytes]],
         results: list[api.MessageResult | None],
         pending: list[tuple[int, str, asyncio.Future]],
+        start: int,
     ) -> str:
-        """Check each message of ``frame`` and send the valid ones, in order.
+        """Send ``frame``'s messages from ``start`` on as :meth:`_issue_now`, waiting as needed.
 
-        Rejections go to ``results``, sent records to ``pending`` (as they are sent, so a
-        failure part-way leaves the ones before it there). Returns the device id of the
-        last record sent.
+        Returns the device id of the last record sent ("" if none).
         """
         last_key = ""
-        for i, raw in enumerate(frame.messages):
-            if i % YIELD_EVERY == YIELD_EVERY - 1:
+        for i in range(start, len(frame.messages)):
+            if i > 0 and i % YIELD_EVERY == 0:
                 # Give the loop back: gRPC starts (and admission refuses) new calls only
                 # between steps, one per loop iteration, so one long step per request would
                 # queue new calls inside gRPC. Safe for order: the turn is held across it.
                 await asyncio.sleep(0)
-            msg, rejection = self._checks.check(raw, gateway)
-            if rejection is not None:
-                results[i] = rejection
+            raw = frame.messages[i]
+            record = self._record(i, raw, gateway, common, results)
+            if record is None:
                 continue
-            headers = [
-                (rh.MESSAGE_ID, msg.message_id.encode()),
-                (rh.CONTENT_TYPE, msg.content_type.encode()),
-                *common,
-            ]
-            future = await self._writer.send(ep.topic, msg.device_id.encode(), raw, headers)
+            msg, headers = record
+            key = msg.device_id.encode()
+            future = self._writer.send_now(ep.topic, key, raw, headers)
+            if future is None:  # the writer's queue is full: wait for room
+                future = await self._writer.send(ep.topic, key, raw, headers)
             pending.append((i, msg.message_id, future))
             last_key = msg.device_id
         return last_key
+
+    def _record(
+        self,
+        i: int,
+        raw: bytes,
+        gateway: Gateway,
+        common: list[tuple[str, bytes]],
+        results: list[api.MessageResult | None],
+    ) -> tuple[device_message_pb2.DeviceMessage, list[tuple[str, bytes]]] | None:
+        """Check message ``i``: its parsed form and its record's headers, or None.
+
+        A rejected message's result goes to ``results``.
+        """
+        msg, rejection = self._checks.check(raw, gateway)
+        if rejection is not None:
+            results[i] = rejection
+            return None
+        headers = [
+            (rh.MESSAGE_ID, msg.message_id.encode()),
+            (rh.CONTENT_TYPE, msg.content_type.encode()),
+            *common,
+        ]
+        return msg, headers
 
     def _record_messages(
         self, ep: Endpoint, frame: wire.RawFrame, results: list[api.MessageResult]
@@ -330,15 +400,18 @@ def _ack_result(message_id: str, future: asyncio.Future) -> api.MessageResult:
     )
 
 
-async def _settled(futures: list[asyncio.Future]) -> None:
-    """Wait until every future is done, without cancelling any of them.
+async def _settled(pending: list[tuple[int, str, asyncio.Future]], deadline: float) -> bool:
+    """Wait until every record's future is done (True) or ``deadline`` passes (False).
 
-    Lighter than ``asyncio.wait`` (one waiter, no sets, no timer: the caller's timeout
-    bounds it), and like it, a cancelled wait leaves the futures alone: a record still in
-    the producer's queue keeps its future, whose outcome releases the call's bytes later.
+    One waiter and one timer (no ``asyncio.wait``, no timeout context), and like
+    ``asyncio.wait`` it never cancels the futures: a record still in the producer's queue
+    keeps its future, whose outcome releases the call's bytes later.
     """
-    waiter = asyncio.get_running_loop().create_future()
-    left = len(futures)
+    left = sum(1 for _, _, future in pending if not future.done())
+    if not left:
+        return True
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
 
     def one_done(_future: asyncio.Future) -> None:
         nonlocal left
@@ -346,9 +419,20 @@ async def _settled(futures: list[asyncio.Future]) -> None:
         if left == 0 and not waiter.done():
             waiter.set_result(None)
 
-    for future in futures:
-        future.add_done_callback(one_done)
-    await waiter
+    for _, _, future in pending:
+        if not future.done():
+            future.add_done_callback(one_done)
+    timer = loop.call_at(deadline, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+    return left == 0
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _release_when_acked(ticket: Ticket, unacked: list[asyncio.Future]) -> None:

@@ -83,6 +83,12 @@ class AiokafkaWriter:
         sent.add_done_callback(functools.partial(_settle, future))
         return future
 
+    def send_now(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[Delivered] | None:
+        """None: aiokafka queues a record only in a coroutine (:meth:`send`)."""
+        return None
+
     async def stop(self, timeout_s: float) -> None:
         """Flush pending records for at most ``timeout_s``, then close (idempotent)."""
         producer, self._producer, self._connected = self._producer, None, False

@@ -221,27 +221,33 @@ class ConfluentWriter:
         self, topic: str, key: bytes, value: bytes, headers: Headers
     ) -> asyncio.Future[Delivered]:
         """Queue one record; the future resolves with its partition and offset."""
+        while True:
+            future = self.send_now(topic, key, value, headers)
+            if future is not None:
+                return future
+            await asyncio.sleep(0.005)  # librdkafka's queue is full: wait for acks to drain it
+
+    def send_now(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[Delivered] | None:
+        """Queue one record unless librdkafka's queue is full (then None)."""
         producer = self._producer
         if producer is None or self._loop is None:
             raise ProduceError(Kind.RETRIABLE, "the producer is not started", "NOT_STARTED")
         future: asyncio.Future[Delivered] = self._loop.create_future()
-        # Left by _resolve (not by a done callback: that would be one more event-loop
-        # callback per record).
-        self._unresolved.add(future)
 
         def delivered(err: Any, msg: Any) -> None:
             self._acks.append((future, err, msg))
 
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=list(headers), on_delivery=delivered)
-                break
-            except BufferError:  # librdkafka's queue is full: wait for acks to drain it
-                await asyncio.sleep(0.005)
-            except KafkaException as exc:  # e.g. _FATAL: mapped as delivery errors are
-                self._unresolved.discard(future)
-                future.cancel()
-                raise produce_error(exc.args[0]) from exc
+        try:
+            producer.produce(topic, value, key, headers=list(headers), on_delivery=delivered)
+        except BufferError:
+            return None
+        except KafkaException as exc:  # e.g. _FATAL: mapped as delivery errors are
+            raise produce_error(exc.args[0]) from exc
+        # Left by _resolve (not by a done callback: that would be one more event-loop
+        # callback per record). Delivery reports reach _resolve on this loop, so after this.
+        self._unresolved.add(future)
         return future
 
     async def stop(self, timeout_s: float) -> None:

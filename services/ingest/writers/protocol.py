@@ -40,5 +40,16 @@ class RecordWriter(Protocol):
         """Queue one record; the returned future resolves on the broker's ack."""
         ...
 
+    def send_now(
+        self, topic: str, key: bytes, value: bytes, headers: Headers
+    ) -> asyncio.Future[Delivered] | None:
+        """Queue one record if that needs no wait, as :meth:`send`; None: only send can.
+
+        The single-message path issues its record without an await (issue 40); None
+        (a full queue, or a client whose send always waits) sends it through
+        :meth:`send` instead.
+        """
+        ...
+
     async def stop(self, timeout_s: float) -> None:
         """Flush what is queued (for at most ``timeout_s``) and disconnect."""
