@@ -372,3 +372,29 @@ def test_unit_conversions_count_against_their_message_and_hold_no_other_back() -
     assert not other.get("error_reason") and other["measurements"]
     assert not birth.get("error_reason") and len(birth["units"]) == 3
     assert took < 1.0, took  # interrupted, not run to its end (2 to 4 s)
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_message_whose_budget_ends_between_two_ticks_is_interrupted_soon_after_it() -> None:
+    # The timer is armed once per run: the second message's budget starts 60 ms into the
+    # first tick's interval. With ticks one budget (100 ms) apart it ran ~140 ms, past the
+    # 100 ms plus slack the worst-input corpus allows.
+    def items(costs, _media):
+        for cost in costs:
+            if cost is None:
+                _burn(10.0)  # spins until interrupted
+            else:
+                _burn(cost)
+            yield cost
+
+    (first, second), spent = budgets.each_with_cost(
+        budgets.Budget(cpu_seconds=0.1), items, [0.06, None], "x"
+    )
+    assert first == 0.06 and isinstance(second, budgets.CpuBudgetExceeded)
+    assert spent[1] < 0.1 + 2 * budgets.TICK_S, f"{spent[1] * 1000:.0f} ms of CPU"
+    assert _timer_is_off()
