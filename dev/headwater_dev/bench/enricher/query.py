@@ -31,7 +31,8 @@ the same way.
 
 It prints one JSON line per fleet size and query (with where a micro-batch's time goes:
 ``profile_drain``, ``profile_offered``), then each target of issue 27 with met/missed, the
-floors' figures beside it. Numbers, not assertions: this is not a test.
+floors' figures beside it, and issue 40's: the enricher's CPU per message against
+``floor-jvm-hop``'s (``cpu.ratio_lines``). Numbers, not assertions: this is not a test.
 """
 
 from __future__ import annotations
@@ -657,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure(devices, kind, warmup if args.warmup_seconds > 0 else 0)
                 results.append(result)
                 print(json.dumps(result), flush=True)
-        for line in check_targets(results):
+        for line in [*check_targets(results), *bench_cpu.ratio_lines(results)]:
             print("target:", line, flush=True)
     finally:
         spark.stop()
