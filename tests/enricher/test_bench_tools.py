@@ -119,6 +119,42 @@ def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> N
     assert "10000 devices, p99 ms at the offered rate: 2900 (<= 3000) met" in lines
 
 
+def test_the_cpu_target_judges_the_enricher_against_the_hop_floor_of_the_same_run() -> None:
+    """Issue 40: CPU per message (all processes) over floor-jvm-hop's, judged on the drain."""
+    from headwater_dev.bench.enricher.cpu import ratio_lines
+
+    def result(query: str, devices: int, drain_us: float, offered_us: float) -> dict[str, Any]:
+        return {
+            "query": query,
+            "devices": devices,
+            "cpu_drain": {"spark_jvm_us": 1.0, "total_us": drain_us},
+            "cpu_offered": {"total_us": offered_us},
+        }
+
+    lines = ratio_lines(
+        [
+            result("enricher", 1000, 120.0, 180.0),
+            result("floor-jvm", 1000, 40.0, 60.0),
+            result("floor-jvm-hop", 1000, 50.0, 75.0),
+            result("enricher", 10000, 70.0, 90.0),
+            result("floor-jvm-hop", 10000, 50.0, 60.0),
+            result("enricher", 100000, 70.0, 90.0),  # no hop floor at this size: no line
+        ]
+    )
+    assert lines == [
+        "1000 devices, CPU µs a message, enricher / floor-jvm-hop: draining 120.0 / 50.0 = 2.4; "
+        "offered 180.0 / 75.0 = 2.4 (draining <= 1.5) MISSED",
+        "10000 devices, CPU µs a message, enricher / floor-jvm-hop: draining 70.0 / 50.0 = 1.4; "
+        "offered 90.0 / 60.0 = 1.5",
+    ]
+    met = ratio_lines(
+        [result("enricher", 1000, 75.0, 1.0), result("floor-jvm-hop", 1000, 50.0, 1.0)]
+    )
+    assert met[0].endswith(
+        "draining 75.0 / 50.0 = 1.5; offered 1.0 / 1.0 = 1.0 (draining <= 1.5) met"
+    )
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("floor", "kw"),

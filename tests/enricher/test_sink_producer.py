@@ -37,3 +37,27 @@ def test_headers_are_read_column_wise_per_row_also_from_a_slice_and_a_null_list(
     assert kafka_sink._headers(column) == rows
     # Spark may hand over a slice: its offsets index the whole child array.
     assert kafka_sink._headers(column.slice(1)) == rows[1:]
+
+
+def test_a_task_is_written_with_rare_collections_and_the_thresholds_come_back() -> None:
+    """The sink reads and produces a task's rows inside ``worker_gc.batch_scope``."""
+    import gc
+
+    from headwater.enricher.hop import worker_gc
+
+    seen: list[int] = []
+
+    def batches():  # an empty task: read inside write(), nothing to produce
+        seen.append(gc.get_threshold()[0])
+        yield from ()
+
+    before = gc.get_threshold()
+    writer = kafka_sink.KafkaStreamWriter({"kafka.bootstrap.servers": "127.0.0.1:9"})
+    try:
+        report = writer.write(batches())
+    finally:
+        kafka_sink._PRODUCERS.clear()
+        gc.unfreeze()  # write() froze the survivors; the suite runs with an ordinary collector
+    assert seen == [worker_gc.BATCH_GEN0_THRESHOLD]
+    assert gc.get_threshold() == before
+    assert not report.counts

@@ -243,6 +243,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkReport:
         """Produce, flush, then build and produce the completions; raise on any failure."""
+        # A task's completions, refs and the rows being read stay alive until its end, and
+        # each young collection walked them: with Python's thresholds ~15% of the sink's CPU
+        # for a task of events (docs/benchmarks.md, issue 40). They are freed by reference
+        # counting; what the task leaves is collected once, at its end.
+        with worker_gc.batch_scope():
+            report = self._write(iterator)
+        worker_gc.freeze_survivors()
+        return report
+
+    def _write(self, iterator: Iterator[pa.RecordBatch]) -> SinkReport:
         producer = _producer(self.options)
         timeout_s = float(self.options.get("flushtimeoutseconds", "60"))
         report = SinkReport()
@@ -292,7 +302,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._complete(producer, completions, refs, failed, d, report)
             _flush(producer, d, timeout_s)
             report.timing_ms["completions"] = (time.perf_counter() - flushed) * 1000
-        worker_gc.freeze_survivors()
         return report
 
     def _complete(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from headwater_dev.bench import server_proc
 
@@ -76,3 +77,40 @@ def per_message_us(
     out = {f"{part}_us": round(s / n * 1e6, 1) for part, s in sorted(spent.items())}
     out["total_us"] = round(sum(spent.values()) / n * 1e6, 1)
     return out
+
+
+#: Issue 40's target: the enricher's CPU per message, every process of the run counted, at
+#: most ``TARGET_RATIO`` times that of ``TARGET_FLOOR`` (the JVM floor behind the design's
+#: Python hop), at ``TARGET_DEVICES`` devices, both from the same run. Judged on the drain
+#: (back-to-back full batches: the cost of a message, not of idle triggers); the offered
+#: phase's ratio is printed beside it.
+TARGET_DEVICES, TARGET_FLOOR, TARGET_RATIO = 1000, "floor-jvm-hop", 1.5
+
+
+def ratio_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Return, per fleet size with the enricher and ``TARGET_FLOOR``, their CPU per message.
+
+    Each line: total µs per message (``per_message_us``' ``total_us``) of both queries and
+    the ratio, draining and offered; at ``TARGET_DEVICES`` the drain's ratio is judged
+    against ``TARGET_RATIO``, met or MISSED.
+    """
+    by_query = {(r["devices"], r.get("query")): r for r in results}
+    lines = []
+    for devices in sorted({r["devices"] for r in results}):
+        ours, floor = by_query.get((devices, "enricher")), by_query.get((devices, TARGET_FLOOR))
+        if ours is None or floor is None:
+            continue
+        figures = {
+            phase: (ours[key]["total_us"], floor[key]["total_us"])
+            for phase, key in (("draining", "cpu_drain"), ("offered", "cpu_offered"))
+        }
+        ratios = {phase: round(a / max(b, 1e-9), 2) for phase, (a, b) in figures.items()}
+        shown = "; ".join(
+            f"{phase} {a} / {b} = {ratios[phase]}" for phase, (a, b) in figures.items()
+        )
+        line = f"{devices} devices, CPU µs a message, enricher / {TARGET_FLOOR}: {shown}"
+        if devices == TARGET_DEVICES:
+            ok = ratios["draining"] <= TARGET_RATIO
+            line += f" (draining <= {TARGET_RATIO}) {'met' if ok else 'MISSED'}"
+        lines.append(line)
+    return lines

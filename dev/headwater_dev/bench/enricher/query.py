@@ -31,7 +31,8 @@ the same way.
 
 It prints one JSON line per fleet size and query (with where a micro-batch's time goes:
 ``profile_drain``, ``profile_offered``), then each target of issue 27 with met/missed, the
-floors' figures beside it. Numbers, not assertions: this is not a test.
+floors' figures beside it, and issue 40's: the enricher's CPU per message against
+``floor-jvm-hop``'s (``cpu.ratio_lines``). Numbers, not assertions: this is not a test.
 
 With ``--backlog-s``, last: the enricher's recovery from a backlog at ``--rate``
 (``recovery.py``), its JSON line and its target.
@@ -666,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
                 print(json.dumps(result), flush=True)
         recovery_target = measure_recovery(args, spark, bootstrap)
-        for line in check_targets(results) + recovery_target:
+        for line in [*check_targets(results), *bench_cpu.ratio_lines(results), *recovery_target]:
             print("target:", line, flush=True)
     finally:
         spark.stop()
