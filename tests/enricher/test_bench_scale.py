@@ -103,7 +103,7 @@ def test_targets_judge_each_large_fleet_against_the_baseline_of_the_same_run() -
 
 
 def test_a_projection_keeps_bytes_per_device_and_extends_the_line_of_the_rest() -> None:
-    baseline = _fleet(1000, 10_000, restart_to_caught_up_s=20.0)
+    baseline = _fleet(1000, 10_000)
     largest = _fleet(101_000, 9_000, restart_to_caught_up_s=30.0)
     largest["memory_drain"] = {"jvm_peak_rss_mib": 1100.0}
     got = scale.project(baseline, largest, 1_001_000)
@@ -111,7 +111,7 @@ def test_a_projection_keeps_bytes_per_device_and_extends_the_line_of_the_rest() 
     assert got["checkpoint_state_bytes_per_device"] == 900.0
     assert got["checkpoint_state_bytes_total_mib"] == round(900 * 1_001_000 / 2**20)
     assert got["jvm_peak_rss_mib"] == 2000.0  # +100 MiB per 100,000 devices
-    assert got["restart_to_caught_up_s_linear_upper"] == 120.0
+    assert "restart_to_caught_up_s" not in got  # not projected: mostly the JVM's start
     assert got["populate_process_s"] == round(10 * 1_001_000 / 101_000)
 
 
