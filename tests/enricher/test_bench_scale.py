@@ -143,3 +143,15 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
         main(["scale", *argv])
     assert exc.value.code == 2
     assert "must" in capsys.readouterr().err
+
+
+class _Progress:
+    def __init__(self, batch_id: int, rows: int) -> None:
+        self.json = json.dumps({"batchId": batch_id, "numInputRows": rows})
+
+
+def test_rows_are_committed_once_an_empty_batch_followed_the_last_with_rows() -> None:
+    assert scale.rows_committed([_Progress(4, 10), _Progress(5, 0)])
+    assert not scale.rows_committed([_Progress(4, 0), _Progress(5, 10)])
+    assert not scale.rows_committed([_Progress(5, 10)])
+    assert not scale.rows_committed([])

@@ -253,20 +253,29 @@ class Fleet:
 
 
 def stop_between_batches(query: Any, bound_s: float = 60.0) -> None:
-    """Stop ``query`` once no batch runs: completions show before their batch commits.
+    """Stop ``query`` once its batches with rows are committed: completions show before that.
 
     A query stopped in its batch's commit aborts the batch, and the next start processes
-    it again (its completions twice): the next phase would count them as its own.
+    it again (its completions twice): the next phase would count them as its own. Done: a
+    batch without rows reported progress after the last batch with rows (the keyed state's
+    timers make Spark run such batches back to back), or no batch runs and no data waits.
     """
     deadline = time.monotonic() + bound_s  # also after the run's time bound passed
     idle = 0
     while idle < 2 and time.monotonic() < deadline and query.isActive:
         status = query.status
-        idle = (
-            idle + 1 if not status["isTriggerActive"] and status["isDataAvailable"] is False else 0
-        )
+        quiet = not status["isTriggerActive"] and not status["isDataAvailable"]
+        idle = idle + 1 if quiet or rows_committed(query.recentProgress) else 0
         time.sleep(0.25)
     query.stop()
+
+
+def rows_committed(progress: list[Any]) -> bool:
+    """Return True when a batch without rows came after every batch with rows."""
+    batches = [json.loads(p.json) for p in progress]
+    with_rows = [b["batchId"] for b in batches if b.get("numInputRows", 0) > 0]
+    without = [b["batchId"] for b in batches if b.get("numInputRows", 0) == 0]
+    return bool(without) and max(without) > max(with_rows, default=-1)
 
 
 @contextlib.contextmanager
