@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +39,32 @@ def test_the_commit_profile_is_the_median_batch_with_rows() -> None:
     assert scale.commit_profile([_batch(0, 1, 1)]) == {}
 
 
-def test_the_newest_snapshot_of_each_partition_is_counted_once(tmp_path: Path) -> None:
-    for partition, files in {
-        "0": {"9.zip": 100, "19.zip": 300, "20.changelog": 50},
-        "1": {},
-    }.items():
-        folder = tmp_path / "0" / partition
-        folder.mkdir(parents=True)
-        for name, size in files.items():
-            (folder / name).write_bytes(b"x" * size)
-    assert scale.newest_snapshots_bytes(tmp_path) == 300
-    assert scale.dir_bytes(tmp_path) == 450
+def _snapshot(folder: Path, version: int, sst_sizes: list[int]) -> int:
+    """Write a RocksDB snapshot as Spark does: a zip with a metadata entry naming its SSTs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    metadata = {
+        "sstFiles": [
+            {"dfsSstFileName": f"{i}.sst", "sizeBytes": n} for i, n in enumerate(sst_sizes)
+        ],
+        "numKeys": -1,
+    }
+    with zipfile.ZipFile(folder / f"{version}.zip", "w") as z:
+        z.writestr("metadata", "v1\n" + json.dumps(metadata))
+    return (folder / f"{version}.zip").stat().st_size + sum(sst_sizes)
+
+
+def test_the_newest_snapshot_of_each_partition_is_counted_with_its_sst_files(
+    tmp_path: Path,
+) -> None:
+    _snapshot(tmp_path / "0" / "0", 9, [1000])
+    newest = _snapshot(tmp_path / "0" / "0", 19, [300, 200])
+    (tmp_path / "0" / "0" / "20.changelog").write_bytes(b"x" * 50)
+    (tmp_path / "0" / "1").mkdir()  # a partition without a snapshot yet
+    assert scale.newest_snapshots_bytes(tmp_path) == newest
+    assert scale.dir_bytes(tmp_path / "0" / "1") == 0
     assert scale.dir_bytes(tmp_path / "absent") == 0
+    (tmp_path / "0" / "1" / "a").write_bytes(b"x" * 7)
+    assert scale.dir_bytes(tmp_path / "0" / "1") == 7
 
 
 def test_only_the_rocksdb_folders_of_this_query_are_counted(tmp_path: Path) -> None:

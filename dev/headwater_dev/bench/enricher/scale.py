@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,16 +109,23 @@ def dir_bytes(path: str | Path) -> int:
 
 
 def newest_snapshots_bytes(state_dir: str | Path) -> int:
-    """Return the bytes of the newest RocksDB snapshot (``<version>.zip``) of every partition.
+    """Return the bytes of the newest RocksDB snapshot of every partition, its SST files included.
 
     One complete copy of the state: what a restart loads before replaying the changelogs
-    after it. 0 when no snapshot was made yet (they are made in the background).
+    after it. A snapshot is ``<version>.zip`` (RocksDB's metadata) and the SST files its
+    ``metadata`` entry names (kept once, under ``SSTs/``, for every snapshot that shares them).
+    0 when no snapshot was made yet (they are made in the background).
     """
     total = 0
     for partition in Path(state_dir).glob("*/*"):
         zips = [p for p in partition.glob("*.zip") if p.stem.split("_")[0].isdigit()]
-        if zips:
-            total += max(zips, key=lambda p: int(p.stem.split("_")[0])).stat().st_size
+        if not zips:
+            continue
+        newest = max(zips, key=lambda p: int(p.stem.split("_")[0]))
+        with zipfile.ZipFile(newest) as z:
+            # "v1", then one JSON line: {"sstFiles": [{"sizeBytes": ...}, ...], ...}
+            metadata = json.loads(z.read("metadata").decode().split("\n", 1)[1])
+        total += newest.stat().st_size + sum(f["sizeBytes"] for f in metadata["sstFiles"])
     return total
 
 
