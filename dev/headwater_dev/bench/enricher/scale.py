@@ -428,7 +428,10 @@ def restart(fleet: Fleet) -> dict[str, Any]:
         "HEADWATER_ENRICHER_SPARK_MASTER": args.spark_master,
         "HEADWATER_ENRICHER_TRIGGER_INTERVAL_SECONDS": str(args.trigger_seconds),
         "SPARK_LOCAL_DIRS": str(fleet.work / "spark-local-restart"),
+        # Its temporary files (the sink's statistics) go with the run's folder too.
+        "TMPDIR": str(fleet.work / "tmp-restart"),
     }
+    (fleet.work / "tmp-restart").mkdir(exist_ok=True)
     command = [str(Path(sys.executable).with_name("headwater")), "enricher", "run"]
     log = open(fleet.work / "restart.log", "ab")  # noqa: SIM115 (the child's, closed below)
 
