@@ -126,7 +126,12 @@ def _masters(bootstrap: str, topic: str, devices: int) -> None:
             device_id=dev, site="plant-1", area_code=f"A{d % 10}", tenant="bench"
         )
         # Master data is per tenant (the tenant of _record).
-        p.produce(topic, key=scoped_key("bench", dev).encode(), value=m.SerializeToString())
+        while True:
+            try:
+                p.produce(topic, key=scoped_key("bench", dev).encode(), value=m.SerializeToString())
+                break
+            except BufferError:  # a large fleet fills the producer's queue
+                p.poll(0.05)
         p.poll(0)
     p.flush(120)
 
@@ -535,7 +540,12 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print one JSON line per fleet size."""
+    """Run the benchmark and print one JSON line per fleet size (``scale ...``: ``scale.py``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["scale"]:  # the large fleets' run: a separate, longer one
+        from headwater_dev.bench.enricher import scale
+
+        return scale.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m headwater_dev.bench.enricher",
         description=__doc__.split("\n")[0],
