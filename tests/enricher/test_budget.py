@@ -398,3 +398,52 @@ def test_a_message_whose_budget_ends_between_two_ticks_is_interrupted_soon_after
     assert first == 0.06 and isinstance(second, budgets.CpuBudgetExceeded)
     assert spent[1] < 0.1 + 2 * budgets.TICK_S, f"{spent[1] * 1000:.0f} ms of CPU"
     assert _timer_is_off()
+
+
+def test_an_interruption_is_not_raised_inside_a_gc_callback_where_it_would_be_swallowed(
+    monkeypatch,
+) -> None:
+    # Hypothesis (and profilers) register gc callbacks; an interruption raised inside one
+    # is "Exception ignored" by the collector and lost. The next tick raises outside it.
+    import gc
+
+    inside: list[bool] = []
+
+    def callback(phase, _info):
+        if phase == "stop":
+            inside.append(budgets._in_gc_callback(sys._getframe()))
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert inside and all(inside)
+    assert not budgets._in_gc_callback(sys._getframe())
+
+
+def test_a_message_is_interrupted_while_gc_callbacks_use_much_of_its_time(monkeypatch) -> None:
+    import gc
+
+    swallowed: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)
+
+    def slow_callback(_phase, _info):
+        _burn(0.0001)  # about half the ticks land in here
+
+    def allocating(items, _media):
+        for _ in items:
+            while True:  # cycles: every few hundred allocations a collection runs
+                a: list = []
+                a.append(a)
+            yield None
+
+    gc.callbacks.append(slow_callback)
+    try:
+        (result,), _ = budgets.each_with_cost(
+            budgets.Budget(cpu_seconds=0.05), allocating, [b"x"], "x"
+        )
+    finally:
+        gc.callbacks.remove(slow_callback)
+    assert isinstance(result, budgets.CpuBudgetExceeded)
+    assert swallowed == [], "an interruption was raised inside a gc callback and lost"

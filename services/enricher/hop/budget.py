@@ -19,6 +19,7 @@ thread (signals are delivered there only) the budget is a measured check after t
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -156,12 +157,27 @@ class _Timer:
                 self.installed = False
         return self.installed
 
-    def _fire(self, _signum: int, _frame: Any) -> None:
+    def _fire(self, _signum: int, frame: Any) -> None:
         # ITIMER_PROF counts the whole process's CPU time; other threads (Spark's reader and
         # writer threads) may have used it, so raise only when this thread is over budget;
         # the timer's interval fires again otherwise.
-        if self.armed and time.thread_time() >= self.deadline:
+        if self.armed and time.thread_time() >= self.deadline and not _in_gc_callback(frame):
             raise CpuBudgetExceeded()
+
+
+def _in_gc_callback(frame: Any) -> bool:
+    """Whether ``frame`` runs inside a ``gc.callbacks`` function (a library's, a profiler's).
+
+    The collector swallows what its callbacks raise ("Exception ignored in ..."): the
+    interruption would be lost, and the message would run on to the next tick anyway. So
+    the handler leaves it to that tick, which comes outside the callback.
+    """
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks:
+            return True
+        frame = frame.f_back
+    return False
 
 
 _timer = _Timer()
