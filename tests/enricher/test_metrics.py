@@ -21,6 +21,12 @@ def test_lag_by_topic() -> None:
     assert lag_by_topic(source) == {"a": 4, "b": 3}
 
 
+@pytest.mark.parametrize("offsets", ["", "null", "not json", "-1", '["a"]', '{"a": 3}'])
+def test_offsets_that_are_not_kafkas_give_no_lag_and_no_error(offsets: str) -> None:
+    assert lag_by_topic({"endOffset": offsets, "latestOffset": offsets}) == {}
+    assert lag_by_topic({"endOffset": offsets, "latestOffset": '{"a": {"0": 2}}'}) == {"a": 2}
+
+
 def test_percentile() -> None:
     assert percentile([], 0.5) == 0.0
     # The one convention (headwater.runtime.stats): interpolated, not nearest rank.

@@ -32,14 +32,28 @@ from headwater.runtime.telemetry import SECONDS_BUCKETS
 
 
 def lag_by_topic(source: dict[str, Any]) -> dict[str, int]:
-    """Return records not yet read per topic, from one source's progress entry."""
-    end = json.loads(source.get("endOffset") or "{}") or {}
-    latest = json.loads(source.get("latestOffset") or "null") or {}
+    """Return records not yet read per topic, from one source's progress entry.
+
+    Offsets that are not the Kafka source's JSON (``{topic: {partition: offset}}``) give
+    no lag: a listener that raised here would leave every later batch's lag unrecorded.
+    """
+    end = _kafka_offsets(source.get("endOffset"))
+    latest = _kafka_offsets(source.get("latestOffset"))
     lag: dict[str, int] = {}
     for topic, parts in latest.items():
         done = end.get(topic, {})
         lag[topic] = sum(max(0, int(o) - int(done.get(p, 0))) for p, o in parts.items())
     return lag
+
+
+def _kafka_offsets(text: str | None) -> dict[str, dict[str, int]]:
+    try:
+        offsets = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(offsets, dict):
+        return {}
+    return {t: parts for t, parts in offsets.items() if isinstance(parts, dict)}
 
 
 def percentile(values: list[float], q: float) -> float:
