@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -204,12 +205,28 @@ class CompletionWatch(threading.Thread):
 
 def offer(p: Any, topic: str, first: int, rate: int, seconds: float, devices: int, run: str) -> int:
     """Produce ``rate`` records a second for ``seconds`` from record ``first``; return how many."""
+    return offer_records(
+        p, topic, rate, seconds, lambda i, now_ms: telemetry_record(first + i, devices, run, now_ms)
+    )
+
+
+def offer_records(
+    p: Any,
+    topic: str,
+    rate: int,
+    seconds: float,
+    record: Callable[[int, int], tuple[bytes, bytes, list[tuple[str, bytes]]]],
+) -> int:
+    """Produce ``rate`` records a second for ``seconds``; return how many.
+
+    ``record(i, now_ms)`` makes the ``i``-th record of this call: (key, value, headers).
+    """
     start, sent = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         due = int((time.perf_counter() - start) * rate)
         now_ms = int(time.time() * 1000)
         while sent < due:
-            key, value, headers = telemetry_record(first + sent, devices, run, now_ms)
+            key, value, headers = record(sent, now_ms)
             try:
                 p.produce(topic, value=value, key=key, headers=headers)
             except BufferError:

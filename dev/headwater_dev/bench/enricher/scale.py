@@ -353,24 +353,14 @@ def offered(fleet: Fleet, jvm_pid: int) -> dict[str, Any]:
 
 def offer_scattered(producer: Any, fleet: Fleet, seconds: float) -> int:
     """Produce ``--rate`` records a second of random devices for ``seconds``; return how many."""
-    rate, topic = fleet.args.rate, fleet.topics.ingest[0]
-    start, sent = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        due = int((time.perf_counter() - start) * rate)
-        now_ms = int(time.time() * 1000)
-        while sent < due:
-            key, value, headers = scattered_record(
-                fleet.written + sent, fleet.devices, fleet.run, now_ms
-            )
-            try:
-                producer.produce(topic, value=value, key=key, headers=headers)
-            except BufferError:
-                producer.poll(0.05)
-                continue
-            sent += 1
-        producer.poll(0)
-        time.sleep(0.005)
-    producer.flush(60)
+    first = fleet.written
+    sent = bench_query.offer_records(
+        producer,
+        fleet.topics.ingest[0],
+        fleet.args.rate,
+        seconds,
+        lambda i, now_ms: scattered_record(first + i, fleet.devices, fleet.run, now_ms),
+    )
     fleet.written += sent
     return sent
 
