@@ -119,6 +119,25 @@ def test_targets_judge_the_enricher_against_the_jvm_floor_of_the_same_run() -> N
     assert "10000 devices, p99 ms at the offered rate: 2900 (<= 3000) met" in lines
 
 
+def test_a_run_where_no_message_completed_while_measured_misses_its_latency_targets() -> None:
+    # Issue 40's runs printed "p99 ms at the offered rate: 0 (<= 2000) met" when the
+    # enricher fell so far behind that nothing measured completed.
+    from headwater_dev.bench.enricher.query import check_targets, latency_figures
+
+    assert latency_figures([]) == {
+        "latency_ms_p50": None,
+        "latency_ms_p99": None,
+        "latency_samples": 0,
+    }
+    assert latency_figures([10.0, 20.0])["latency_samples"] == 2
+    run = {"query": "enricher", "devices": 1000, "enricher_events_per_s": 9000}
+    lines = check_targets([{**run, **latency_figures([])}])
+    assert (
+        "1000 devices, p99 ms at the offered rate: None (<= 2000) "
+        "MISSED (no message completed while measured)" in lines
+    )
+
+
 def test_the_cpu_target_judges_the_enricher_against_the_hop_floor_of_the_same_run() -> None:
     """Issue 40: CPU per message (all processes) over floor-jvm-hop's, judged on the drain."""
     from headwater_dev.bench.enricher.cpu import ratio_lines

@@ -366,8 +366,7 @@ def bench_fleet(
         "trigger_seconds": trigger_seconds,
         "offered_sent": sent,
         "completed_under_load": watch.count,
-        "latency_ms_p50": round(percentile(lat, 0.5)),
-        "latency_ms_p99": round(percentile(lat, 0.99)),
+        **latency_figures(lat),
         # CPU per message by part (bench_cpu): the figure that moves least with the
         # machine's other load; offered at ``rate``, and draining the backlog.
         "cpu_offered": cpu_offered,
@@ -518,6 +517,28 @@ TARGETS = (
 )
 
 
+def latency_figures(latency_ms: list[float]) -> dict[str, Any]:
+    """Return p50 and p99 (ms) of the measured messages and their count.
+
+    None, not 0, when no message completed while measured (the query fell too far behind):
+    a 0 would be judged "met".
+    """
+    if not latency_ms:
+        return {"latency_ms_p50": None, "latency_ms_p99": None, "latency_samples": 0}
+    return {
+        "latency_ms_p50": round(percentile(latency_ms, 0.5)),
+        "latency_ms_p99": round(percentile(latency_ms, 0.99)),
+        "latency_samples": len(latency_ms),
+    }
+
+
+def verdict(value: float | None, op: str, bound: float) -> str:
+    """Return "met" or "MISSED" for ``value op bound``; a missing figure is missed."""
+    if value is None:
+        return "MISSED (no message completed while measured)"
+    return "met" if (value >= bound if op == ">=" else value <= bound) else "MISSED"
+
+
 def _share(result: dict[str, Any], jvm_floor: dict[str, Any]) -> float:
     """Return ``result``'s sustained rate as a share of the JVM floor's (same run)."""
     return round(result["enricher_events_per_s"] / max(jvm_floor["enricher_events_per_s"], 1), 3)
@@ -549,10 +570,11 @@ def check_targets(results: list[dict[str, Any]]) -> list[str]:
             else:
                 value = r[name]
                 shown = {q: f[name] for q, f in of_fleet.items() if name in f}
-            ok = value >= bound if op == ">=" else value <= bound
-            verdict = "met" if ok else "MISSED"
             beside = "".join(f"; {q} {v}" for q, v in sorted(shown.items()))
-            lines.append(f"{devices} devices, {label}: {value} ({op} {bound}{beside}) {verdict}")
+            lines.append(
+                f"{devices} devices, {label}: {value} ({op} {bound}{beside}) "
+                + verdict(value, op, bound)
+            )
     return lines
 
 

@@ -343,8 +343,7 @@ def offered(fleet: Fleet, jvm_pid: int) -> dict[str, Any]:
     return {
         "offered_rate_msgs_per_s": args.rate,
         "offered_seconds": args.seconds,
-        "latency_ms_p50": round(percentile(watch.latency_ms, 0.5)),
-        "latency_ms_p99": round(percentile(watch.latency_ms, 0.99)),
+        **bench_query.latency_figures(watch.latency_ms),
         "cpu_offered": cpu,
         "offered_commit": commit_profile(progress),
         "memory_offered": mem,
@@ -545,10 +544,10 @@ def check_targets(baseline: dict[str, Any], fleets: list[dict[str, Any]]) -> lis
             if name not in figures:
                 continue
             value = figures[name]
-            ok = value >= bound if op == ">=" else value <= bound
+            shown = "none" if value is None else round(value, 3)
             lines.append(
-                f"{r['devices']} devices, {label}: {round(value, 3)} ({op} {bound}) "
-                + ("met" if ok else "MISSED")
+                f"{r['devices']} devices, {label}: {shown} ({op} {bound}) "
+                + bench_query.verdict(value, op, bound)
             )
     return lines
 
