@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -25,10 +28,11 @@ from tests.support.kafkatools import GLOBEX
         (1013.25, "mbar", 101325.0, "pascal"),
         (1.01325, "bar", 101325.0, "pascal"),
         (101.325, "kPa", 101325.0, "pascal"),
-        (101.325, "kpa", 101325.0, "pascal"),  # lower-cased symbol, unambiguous
+        (101.325, "kpa", 101325.0, "pascal"),  # a lower-cased symbol of ALIASES
+        (101325, "pa", 101325.0, "pascal"),  # never picoampere
+        (1.5, "kw", 1500.0, "watt"),
         (1.0, "psi", 6894.75729317, "pascal"),  # exactly 1 lbf/in²
         (3300, "mV", 3.3, "volt"),
-        (3300, "mv", 3.3, "volt"),
         (2, "MV", 2_000_000.0, "volt"),  # SI: M is mega, not milli
         (250, "mA", 0.25, "ampere"),
         (1.5, "kW", 1500.0, "watt"),
@@ -89,6 +93,40 @@ def test_conversion_is_cached_per_spelling_as_scale_and_offset(monkeypatch) -> N
 def test_units_that_cannot_be_converted_are_named(unit: str, says: str) -> None:
     with pytest.raises(units.UnitError, match=says):
         units.convert(1.0, unit)
+
+
+@pytest.mark.parametrize("unit", ["mv", "mpa", "mw", "mwh", "mhz", "mbar/s", "kpA"])
+def test_a_lower_cased_milli_or_mega_is_refused_not_guessed(unit: str) -> None:
+    # pint's case-insensitive reading made "mpa" millipascal and "mhz" millihertz, where
+    # devices mean MPa and MHz as often as not: a factor of 10^9 either way.
+    with pytest.raises(units.UnitError) as refused:
+        units.convert(1.0, unit)
+    assert str(refused.value).startswith(f"unknown unit {unit!r}") or "not a quantity" in str(
+        refused.value
+    )
+
+
+def test_every_spelling_reads_the_same_in_every_process() -> None:
+    # pint's case-insensitive candidates came in hash order: "ma" was milliampere in some
+    # processes and milliyear in others, "pa" pascal or picoampere.
+    script = (
+        "import logging; logging.disable(logging.WARNING)\n"
+        "from headwater.enricher.hop import units\n"
+        "for u in ['ma', 'pa', 'mv', 'ms', 'mm', 'Gg', 'kpa', 'a', 'c']:\n"
+        "    try: print(u, units.conversion(u))\n"
+        "    except units.UnitError as e: print(u, 'refused', str(e)[:60])\n"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3, 4)
+    }
+    assert len(seen) == 1, seen
 
 
 def test_an_unknown_unit_is_a_readable_dead_letter() -> None:

@@ -67,7 +67,29 @@ ALIASES: dict[str, str] = {
     "%rh": "percent",
     "RH": "percent",
     "rh": "percent",
+    # Lower-cased symbols common in device payloads, each with one reading. Only these: pint's
+    # case-insensitive reading is ambiguous and, where it is, chosen by hash order ("ma" was
+    # milliampere in some processes, milliyear in others; "pa" pascal or picoampere), and
+    # its "m" is milli where devices often mean mega ("mpa", "mw", "mwh", "mhz").
+    "kpa": "kPa",
+    "hpa": "hPa",
+    "pa": "Pa",
+    "kw": "kW",
+    "kwh": "kWh",
+    "wh": "Wh",
+    "kv": "kV",
+    "hz": "Hz",
+    "khz": "kHz",
+    "v": "V",
+    "w": "W",
+    "degc": "degC",
+    "degf": "degF",
 }
+#: Why a lower-cased spelling outside ALIASES is refused (the error's end).
+_CASE_HINT = (
+    "symbols are case-sensitive as SI writes them, mV millivolt and MV megavolt; lower-cased, "
+    "only kpa, hpa, pa, kw, kwh, wh, kv, hz, khz, v, w, degc and degf are read"
+)
 
 # Untrusted text goes to pint's parser only through this grammar: short, a few symbols,
 # each with at most one exponent of one digit, so a payload cannot make it do much work.
@@ -217,15 +239,11 @@ def _resolve(unit: str) -> Conversion | str:
         return f"unknown unit {shown} (not a unit spelling: symbols, * / · and one-digit powers)"
     ureg = _ureg()
     text = _SHORT_EXPONENT.sub(r"\1**\2", ALIASES.get(spelling, spelling))
-    parsed = _parse(ureg, text, case_sensitive=True)
-    if parsed is None or parsed.dimensionality not in _by_dimension:
-        # "kpa", "mv", "pa": lower-cased symbols are common in device payloads. Accepted only
-        # when the case-insensitive reading is a quantity we know (never "kg" -> kilogauss).
-        relaxed = _parse(ureg, text, case_sensitive=False)
-        if relaxed is not None and relaxed.dimensionality in _by_dimension:
-            parsed = relaxed
+    # Case-sensitive only: lower-cased symbols are read through ALIASES, never by pint's
+    # case-insensitive reading (see ALIASES).
+    parsed = _parse(ureg, text)
     if parsed is None:
-        return f"unknown unit {shown}"
+        return f"unknown unit {shown}" + (f" ({_CASE_HINT})" if _read_lower(ureg, text) else "")
     canonical = _by_dimension.get(parsed.dimensionality)
     if canonical is None:
         return _quantity_text(shown, parsed)
@@ -258,8 +276,17 @@ def _quantity_text(shown: str, parsed: Any) -> str:
     return f"unit {shown} ({what}) is not a quantity with a canonical unit ({known})"
 
 
-def _parse(ureg: Any, text: str, case_sensitive: bool) -> Any:
+def _read_lower(ureg: Any, text: str) -> bool:
+    """Whether pint's case-insensitive reading of ``text`` is a quantity we know (for the hint)."""
     try:
-        return ureg.parse_units(text, case_sensitive=case_sensitive)
+        parsed = ureg.parse_units(text, case_sensitive=False)
+    except Exception:
+        return False
+    return parsed.dimensionality in _by_dimension
+
+
+def _parse(ureg: Any, text: str) -> Any:
+    try:
+        return ureg.parse_units(text, case_sensitive=True)
     except Exception:  # pint raises many kinds (UndefinedUnitError, ValueError, ...)
         return None
