@@ -50,6 +50,7 @@ from typing import Any
 from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings
 from headwater.enricher.topics import EnricherTopics
+from headwater.errors import HeadwaterError
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
@@ -65,7 +66,7 @@ TARGETS = (
 )
 
 
-class OutOfTime(RuntimeError):
+class OutOfTime(HeadwaterError, RuntimeError):
     """The run's time bound (``--max-minutes``) passed."""
 
 
