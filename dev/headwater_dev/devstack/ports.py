@@ -12,6 +12,7 @@ its own, at random, checked free by binding, and never handed out twice by one p
 
 from __future__ import annotations
 
+import functools
 import random
 import socket
 from pathlib import Path
@@ -23,6 +24,7 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _handed_out: set[int] = set()
 
 
+@functools.cache
 def _first_ephemeral() -> int:
     try:
         return int(_EPHEMERAL_RANGE.read_text().split()[0])
