@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from headwater import record_headers as rh
-from headwater_dev.bench.enricher import scale
+from headwater_dev.bench.enricher import scale, scale_fleet, scale_probes
 
 
 def _batch(rows: int, commit_ms: int, trigger_ms: int, memory: int = 0) -> str:
@@ -28,7 +28,7 @@ def _batch(rows: int, commit_ms: int, trigger_ms: int, memory: int = 0) -> str:
 def test_the_commit_profile_is_the_median_batch_with_rows() -> None:
     progress = [_batch(0, 900, 10), _batch(100, 20, 400), _batch(300, 40, 600, 2 << 20)]
     progress.append(_batch(200, 30, 500, 3 << 20))
-    got = scale.commit_profile(progress)
+    got = scale_probes.commit_profile(progress)
     assert got["batches"] == 3  # the empty batch (timers only) is not one
     assert got["state_commit_ms"] == 30
     assert got["state_commit_ms_max"] == 40
@@ -36,7 +36,7 @@ def test_the_commit_profile_is_the_median_batch_with_rows() -> None:
     assert got["trigger_ms"] == 500
     assert (got["commit_offsets_ms"], got["wal_commit_ms"]) == (3, 4)
     assert got["state_memory_mib"] == 3.0  # the last batch's
-    assert scale.commit_profile([_batch(0, 1, 1)]) == {}
+    assert scale_probes.commit_profile([_batch(0, 1, 1)]) == {}
 
 
 def _snapshot(folder: Path, version: int, sst_sizes: list[int]) -> int:
@@ -60,11 +60,11 @@ def test_the_newest_snapshot_of_each_partition_is_counted_with_its_sst_files(
     newest = _snapshot(tmp_path / "0" / "0", 19, [300, 200])
     (tmp_path / "0" / "0" / "20.changelog").write_bytes(b"x" * 50)
     (tmp_path / "0" / "1").mkdir()  # a partition without a snapshot yet
-    assert scale.newest_snapshots_bytes(tmp_path) == newest
-    assert scale.dir_bytes(tmp_path / "0" / "1") == 0
-    assert scale.dir_bytes(tmp_path / "absent") == 0
+    assert scale_probes.newest_snapshots_bytes(tmp_path) == newest
+    assert scale_probes.dir_bytes(tmp_path / "0" / "1") == 0
+    assert scale_probes.dir_bytes(tmp_path / "absent") == 0
     (tmp_path / "0" / "1" / "a").write_bytes(b"x" * 7)
-    assert scale.dir_bytes(tmp_path / "0" / "1") == 7
+    assert scale_probes.dir_bytes(tmp_path / "0" / "1") == 7
 
 
 def test_only_the_rocksdb_folders_of_this_query_are_counted(tmp_path: Path) -> None:
@@ -74,13 +74,13 @@ def test_only_the_rocksdb_folders_of_this_query_are_counted(tmp_path: Path) -> N
         folder.mkdir(parents=True)
         (folder / "000001.sst").write_bytes(b"x" * size)
     os.utime(old, (time.time() - 3600, time.time() - 3600))
-    assert scale.rocksdb_local_bytes(tmp_path, time.time() - 60) == 10
+    assert scale_probes.rocksdb_local_bytes(tmp_path, time.time() - 60) == 10
 
 
 def test_the_resident_set_of_a_process_is_read_and_of_a_gone_one_is_zero() -> None:
-    mine = scale.rss_mib(os.getpid())
+    mine = scale_probes.rss_mib(os.getpid())
     assert 0 < mine["rss_mib"] <= mine["peak_rss_mib"]
-    assert scale.rss_mib(2**22 + 1) == {"rss_mib": 0.0, "peak_rss_mib": 0.0}
+    assert scale_probes.rss_mib(2**22 + 1) == {"rss_mib": 0.0, "peak_rss_mib": 0.0}
 
 
 def _fleet(devices: int, rate: int, **extra: Any) -> dict[str, Any]:
@@ -131,17 +131,17 @@ def test_a_projection_keeps_bytes_per_device_and_extends_the_line_of_the_rest() 
 
 
 def test_the_run_stops_when_its_time_bound_passes() -> None:
-    clock = scale.Clock(time.monotonic() + 30)
+    clock = scale_fleet.Clock(time.monotonic() + 30)
     assert 0 < clock.left(5) <= 5
     assert clock.left(3600) <= 30
-    with pytest.raises(scale.OutOfTime):
-        scale.Clock(time.monotonic() - 1).left(5)
+    with pytest.raises(scale_fleet.OutOfTime):
+        scale_fleet.Clock(time.monotonic() - 1).left(5)
 
 
 def test_random_devices_of_the_fleet_with_ids_of_their_own() -> None:
     keys = set()
     for i in range(200):
-        key, _, headers = scale.scattered_record(1000 + i, 50, "run", 0)
+        key, _, headers = scale_fleet.scattered_record(1000 + i, 50, "run", 0)
         keys.add(key)
         assert dict(headers)[rh.MESSAGE_ID] != f"run-{1000 + i}".encode()
     assert len(keys) > 20 and all(int(k.split(b"-")[1]) < 50 for k in keys)
@@ -166,10 +166,10 @@ class _Progress:
 
 
 def test_rows_are_committed_once_an_empty_batch_followed_the_last_with_rows() -> None:
-    assert scale.rows_committed([_Progress(4, 10), _Progress(5, 0)])
-    assert not scale.rows_committed([_Progress(4, 0), _Progress(5, 10)])
-    assert not scale.rows_committed([_Progress(5, 10)])
-    assert not scale.rows_committed([])
+    assert scale_fleet.rows_committed([_Progress(4, 10), _Progress(5, 0)])
+    assert not scale_fleet.rows_committed([_Progress(4, 0), _Progress(5, 10)])
+    assert not scale_fleet.rows_committed([_Progress(5, 10)])
+    assert not scale_fleet.rows_committed([])
 
 
 def test_a_fleet_stopped_by_the_time_bound_is_judged_on_what_it_measured() -> None:

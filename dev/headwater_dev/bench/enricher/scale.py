@@ -30,277 +30,40 @@ fleet's per-device figures, marked as one. Numbers, not assertions: this is not 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import json
 import os
-import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings
-from headwater.enricher.topics import EnricherTopics
-from headwater.errors import HeadwaterError
-from headwater.kafka.admin import ensure_topics
-from headwater.kafka.settings import KafkaSettings
-from headwater.topics import TopicSpec
 from headwater_dev.bench.enricher import cpu as bench_cpu
 from headwater_dev.bench.enricher import query as bench_query
+from headwater_dev.bench.enricher.scale_fleet import (
+    Clock,
+    Fleet,
+    OutOfTime,
+    running,
+    scattered_record,
+)
+from headwater_dev.bench.enricher.scale_probes import (
+    commit_profile,
+    dir_bytes,
+    memory,
+    newest_snapshots_bytes,
+    rocksdb_local_bytes,
+)
+from headwater_dev.bench.enricher.scale_restart import restart
 
-#: Issue 40's targets for a large fleet: (figure, comparison, bound, label).
 TARGETS = (
     ("share_of_baseline_rate", ">=", 0.70, "sustained msg/s as a share of the baseline fleet's"),
     ("latency_ms_p99", "<=", 3000, "p99 ms at the offered rate"),
     ("checkpoint_state_bytes_per_device", "<=", 1024, "state bytes per device in the checkpoint"),
     ("restart_to_caught_up_s", "<=", 60, "driver restart to caught up, seconds"),
 )
-
-
-class OutOfTime(HeadwaterError, RuntimeError):
-    """The run's time bound (``--max-minutes``) passed."""
-
-
-@dataclasses.dataclass
-class Clock:
-    """The run's deadline: every wait is bounded by what is left of it."""
-
-    deadline: float
-
-    def left(self, at_most: float) -> float:
-        """Return the seconds a wait may take: ``at_most``, or less near the deadline."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise OutOfTime("the run's time bound (--max-minutes) passed")
-        return min(at_most, left)
-
-
-def scattered_record(i: int, devices: int, run: str, received_ms: int) -> tuple[bytes, bytes, Any]:
-    """Return record ``i`` of an offered phase: a random device's, as ingest writes it.
-
-    ``query.telemetry_record`` numbers devices round robin; at 1,000,000 devices and
-    5,000 msg/s that would walk the key space in order, so the state's reads and writes
-    would meet neighbouring keys. Random devices are the worst case and the usual one.
-    """
-    # Message ids of their own ("o"): never those of the round-robin backlogs' records.
-    return bench_query.telemetry_record(
-        random.randrange(devices) + devices * i, devices, run + "o", received_ms
-    )
-
-
-def dir_bytes(path: str | Path) -> int:
-    """Return the bytes of every file under ``path`` (0 when it is not there)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:  # removed meanwhile (RocksDB's own maintenance)
-                continue
-    return total
-
-
-def newest_snapshots_bytes(state_dir: str | Path) -> int:
-    """Return the bytes of the newest RocksDB snapshot of every partition, its SST files included.
-
-    One complete copy of the state: what a restart loads before replaying the changelogs
-    after it. A snapshot is ``<version>.zip`` (RocksDB's metadata) and the SST files its
-    ``metadata`` entry names (kept once, under ``SSTs/``, for every snapshot that shares them).
-    0 when no snapshot was made yet (they are made in the background).
-    """
-    total = 0
-    for partition in Path(state_dir).glob("*/*"):
-        zips = [p for p in partition.glob("*.zip") if p.stem.split("_")[0].isdigit()]
-        if not zips:
-            continue
-        newest = max(zips, key=lambda p: int(p.stem.split("_")[0]))
-        with zipfile.ZipFile(newest) as z:
-            # "v1", then one JSON line: {"sstFiles": [{"sizeBytes": ...}, ...], ...}
-            metadata = json.loads(z.read("metadata").decode().split("\n", 1)[1])
-        total += newest.stat().st_size + sum(f["sizeBytes"] for f in metadata["sstFiles"])
-    return total
-
-
-def rocksdb_local_bytes(local_dir: str | Path, since: float) -> int:
-    """Return the bytes of the RocksDB working folders created under ``local_dir`` since ``since``.
-
-    Spark opens each state store in a temporary folder named after its ``StateStoreId``;
-    ``since`` (epoch seconds) leaves out the folders of earlier queries not yet closed.
-    """
-    total = 0
-    for d in Path(local_dir).glob("**/StateStoreId*"):
-        if d.is_dir() and d.stat().st_mtime >= since - 1:
-            total += dir_bytes(d)
-    return total
-
-
-def rss_mib(pid: int) -> dict[str, float]:
-    """Return the resident set of ``pid`` now and at its peak, in MiB (``/proc``)."""
-    out = {"rss_mib": 0.0, "peak_rss_mib": 0.0}
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return out
-    for line in status.splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            name = "rss_mib" if key == "VmRSS" else "peak_rss_mib"
-            out[name] = round(int(value.split()[0]) / 1024, 1)
-    return out
-
-
-def memory(jvm_pid: int) -> dict[str, float]:
-    """Return the resident memory of the Spark JVM and of its Python workers, in MiB."""
-    jvm = rss_mib(jvm_pid)
-    workers = [
-        p for p, (part, _) in bench_cpu.snapshot(jvm_pid).items() if part == "python_workers"
-    ]
-    return {
-        "jvm_rss_mib": jvm["rss_mib"],
-        "jvm_peak_rss_mib": jvm["peak_rss_mib"],
-        "python_workers_rss_mib": round(sum(rss_mib(p)["rss_mib"] for p in workers), 1),
-    }
-
-
-def commit_profile(progress_json: list[str]) -> dict[str, float]:
-    """Return the median batch's commit figures, over the batches with input rows.
-
-    ``state_commit_ms``: the state store's commit (``stateOperators[].commitTimeMs``, the
-    changelog written to the checkpoint); ``commit_offsets_ms`` and ``wal_commit_ms``: the
-    query's offset and commit logs; ``trigger_ms``: the whole batch. ``state_memory_mib``:
-    the stores' memory (RocksDB's block cache and memtables) at the last batch.
-    """
-    batches = [json.loads(p) for p in progress_json]
-    batches = [b for b in batches if b.get("numInputRows", 0) > 0]
-    if not batches:
-        return {}
-
-    def median(values: list[float]) -> float:
-        return round(percentile(values, 0.5), 1)
-
-    def ops(b: dict[str, Any], key: str) -> float:
-        return float(sum(o.get(key, 0) for o in b.get("stateOperators", [])))
-
-    return {
-        "batches": len(batches),
-        "rows_per_batch": median([b["numInputRows"] for b in batches]),
-        "state_commit_ms": median([ops(b, "commitTimeMs") for b in batches]),
-        "state_commit_ms_max": max(ops(b, "commitTimeMs") for b in batches),
-        "commit_offsets_ms": median([b["durationMs"].get("commitOffsets", 0) for b in batches]),
-        "wal_commit_ms": median([b["durationMs"].get("walCommit", 0) for b in batches]),
-        "trigger_ms": median([b["durationMs"].get("triggerExecution", 0) for b in batches]),
-        "state_memory_mib": round(ops(batches[-1], "memoryUsedBytes") / 2**20, 1),
-    }
-
-
-@dataclasses.dataclass
-class Fleet:
-    """One fleet's query: its topics, checkpoint and settings, and the run's shared parts."""
-
-    spark: Any
-    bootstrap: str
-    devices: int
-    work: Path
-    args: argparse.Namespace
-    clock: Clock
-    prefix: str = dataclasses.field(init=False)
-    topics: EnricherTopics = dataclasses.field(init=False)
-    settings: EnricherSettings = dataclasses.field(init=False)
-    run: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:6])
-    written: int = 0  # ingest records written so far (the next record's number)
-
-    def __post_init__(self) -> None:
-        self.prefix = f"scale{uuid.uuid4().hex[:6]}."
-        self.topics = EnricherTopics.with_prefix(self.prefix)
-        names = [*self.topics.ingest, self.topics.master, *self.topics.outputs()]
-        ensure_topics(self.bootstrap, [TopicSpec(t, 4, 1, {}) for t in names])
-        self.settings = EnricherSettings(
-            checkpoint_location=str(self.work / f"checkpoint-{self.devices}"),
-            starting_offsets="earliest",
-            topics=self.topics,
-            kafka=KafkaSettings(bootstrap_servers=self.bootstrap),
-            shuffle_partitions=self.args.shuffle_partitions,
-        )
-        self.stats = str(self.work / f"sink-stats-{self.devices}.jsonl")
-
-    def start(self, batch_records: int, trigger_seconds: float) -> Any:
-        """Start the enricher's query on the fleet's checkpoint; return it."""
-        from headwater.enricher.driver import job
-
-        settings = dataclasses.replace(
-            self.settings,
-            max_records_per_trigger=batch_records,
-            trigger_interval_seconds=trigger_seconds,
-        )
-        return job.write_stream(
-            job.enrich_stream(job.read_ingest(self.spark, settings), settings),
-            settings,
-            self.stats,
-        )
-
-    def backlog(self, n: int) -> None:
-        """Write ``n`` more ingest records, round robin over the fleet's devices."""
-        bench_query.fill_backlog(
-            self.bootstrap, self.topics.ingest[0], n, self.devices, self.run, first=self.written
-        )
-        self.written += n
-
-    def wait(self, watch: bench_query.CompletionWatch, query: Any, count: int) -> None:
-        """Wait for ``count`` completions within the run's time bound."""
-        bench_query._wait_for(watch, query, count, self.clock.left(1800))
-        if watch.count < count:
-            raise OutOfTime(f"{watch.count} of {count} completions within the time bound")
-
-
-def stop_between_batches(query: Any, bound_s: float = 60.0) -> None:
-    """Stop ``query`` once its batches with rows are committed: completions show before that.
-
-    A query stopped in its batch's commit aborts the batch, and the next start processes
-    it again (its completions twice): the next phase would count them as its own. Done: a
-    batch without rows reported progress after the last batch with rows (the keyed state's
-    timers make Spark run such batches back to back), or no batch runs and no data waits.
-    """
-    deadline = time.monotonic() + bound_s  # also after the run's time bound passed
-    idle = 0
-    while idle < 2 and time.monotonic() < deadline and query.isActive:
-        status = query.status
-        quiet = not status["isTriggerActive"] and not status["isDataAvailable"]
-        idle = idle + 1 if quiet or rows_committed(query.recentProgress) else 0
-        time.sleep(0.25)
-    query.stop()
-
-
-def rows_committed(progress: list[Any]) -> bool:
-    """Return True when a batch without rows came after every batch with rows."""
-    batches = [json.loads(p.json) for p in progress]
-    with_rows = [b["batchId"] for b in batches if b.get("numInputRows", 0) > 0]
-    without = [b["batchId"] for b in batches if b.get("numInputRows", 0) == 0]
-    return bool(without) and max(without) > max(with_rows, default=-1)
-
-
-@contextlib.contextmanager
-def running(
-    fleet: Fleet, batch_records: int, trigger_seconds: float, from_end: bool = True
-) -> Iterator[tuple[Any, bench_query.CompletionWatch]]:
-    """Run the fleet's query and a watch of its completions; stop both between batches."""
-    watch = bench_query.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end)
-    watch.start()
-    query = fleet.start(batch_records, trigger_seconds)
-    try:
-        yield query, watch
-    finally:
-        stop_between_batches(query)
-        watch.stop_flag = True
-        watch.join(10)
 
 
 def populate(fleet: Fleet) -> dict[str, Any]:
@@ -400,91 +163,6 @@ def state_sizes(fleet: Fleet, local_bytes: int) -> dict[str, Any]:
         "newest_snapshots_bytes_per_device": round(snapshots / n, 1),
         "rocksdb_local_bytes_per_device": round(local_bytes / n, 1),
     }
-
-
-def restart(fleet: Fleet) -> dict[str, Any]:
-    """Kill ``headwater enricher run`` on the fleet's checkpoint, restart it, time the catch-up.
-
-    The driver runs in a process of its own (it must be killed as a crash would); the
-    backlog is written while it is down. Caught up: the backlog's last completion seen.
-    """
-    args = fleet.args
-    env = {
-        **os.environ,
-        "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": fleet.bootstrap,
-        "HEADWATER_ENRICHER_TOPIC_PREFIX": fleet.prefix,
-        "HEADWATER_ENRICHER_CHECKPOINT_LOCATION": fleet.settings.checkpoint_location,
-        "HEADWATER_ENRICHER_SHUFFLE_PARTITIONS": str(args.shuffle_partitions),
-        "HEADWATER_ENRICHER_SPARK_MASTER": args.spark_master,
-        "HEADWATER_ENRICHER_TRIGGER_INTERVAL_SECONDS": str(args.trigger_seconds),
-        "SPARK_LOCAL_DIRS": str(fleet.work / "spark-local-restart"),
-        # Its temporary files (the sink's statistics) go with the run's folder too.
-        "TMPDIR": str(fleet.work / "tmp-restart"),
-    }
-    (fleet.work / "tmp-restart").mkdir(exist_ok=True)
-    command = [str(Path(sys.executable).with_name("headwater")), "enricher", "run"]
-    log = open(fleet.work / "restart.log", "ab")  # noqa: SIM115 (the child's, closed below)
-
-    def launch() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
-
-    watch = bench_query.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end=True)
-    watch.start()
-    child = launch()
-    try:
-        # Running and caught up: a second's worth of records comes back complete.
-        fleet.backlog(args.rate)
-        bench_query._wait_for(watch, _Alive(child), args.rate, fleet.clock.left(300))
-        os.killpg(child.pid, signal.SIGKILL)  # the driver and its JVM, as a crash
-        child.wait(30)
-        backlog = args.rate * args.restart_backlog_seconds
-        fleet.backlog(backlog)
-        before = watch.count
-        started = time.perf_counter()
-        child = launch()
-        first = None
-        deadline = time.perf_counter() + fleet.clock.left(600)
-        while watch.count < before + backlog and time.perf_counter() < deadline:
-            if first is None and watch.count > before:
-                first = time.perf_counter() - started
-            if child.poll() is not None:
-                raise RuntimeError(f"the restarted enricher exited ({child.returncode})")
-            time.sleep(0.2)
-        caught_up = time.perf_counter() - started
-        if watch.count < before + backlog:
-            raise OutOfTime("the restarted enricher did not catch up within the time bound")
-        jvm = [p for p, (part, _) in bench_cpu.snapshot(child.pid).items() if part == "spark_jvm"]
-        return {
-            "restart_backlog_messages": backlog,
-            "restart_to_first_completion_s": round(first or caught_up, 1),
-            "restart_to_caught_up_s": round(caught_up, 1),
-            "restart_jvm_peak_rss_mib": rss_mib(jvm[0])["peak_rss_mib"] if jvm else 0.0,
-        }
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGTERM)
-            try:
-                child.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait(30)
-        log.close()
-        watch.stop_flag = True
-        watch.join(10)
-
-
-class _Alive:
-    """A child process in ``query._wait_for``'s terms (``isActive``, ``exception``)."""
-
-    def __init__(self, child: subprocess.Popen[bytes]) -> None:
-        self.child = child
-
-    @property
-    def isActive(self) -> bool:  # pyspark's name
-        return self.child.poll() is None
-
-    def exception(self) -> str:
-        return f"the enricher exited with {self.child.returncode}"
 
 
 def measure_fleet(
