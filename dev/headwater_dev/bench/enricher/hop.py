@@ -1,7 +1,7 @@
 """Micro-benchmark of the Python hop in front of the JVM state (``arrow_hop``), without Spark.
 
 ``python -m headwater_dev.bench.enricher.hop --messages 20000`` builds the benchmark's telemetry
-records (``query.telemetry_record``), puts them in Arrow arrays as the hop's arguments
+records (``traffic.telemetry_record``), puts them in Arrow arrays as the hop's arguments
 arrive from Spark (``arrow_hop.inputs``), runs the hop's function over them and prints the
 CPU time per message (``time.process_time``, so other processes on the machine count less
 than in wall time). Issue 27's budget is ~20 µs per message on these cores.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from headwater.enricher.hop.arrow_hop import HEADERS, HOP, decoder
-from headwater_dev.bench.enricher.query import telemetry_record
+from headwater_dev.bench.enricher.traffic import telemetry_record
 
 
 def _arrow_schemas(*ddls: str) -> list[pa.Schema]:

@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from headwater_dev.bench.enricher.query import telemetry_record
+from headwater_dev.bench.enricher.traffic import telemetry_record
 
 
 def normalize_figures(messages: int, repeat: int) -> dict[str, float]:

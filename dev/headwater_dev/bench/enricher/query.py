@@ -48,195 +48,19 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
-from headwater import record_headers as rh
 from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings
 from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
-from headwater.proto.device.v1 import device_message_pb2
-from headwater.proto.master.v1 import device_master_pb2
-from headwater.topics import TopicSpec, scoped_key
+from headwater.topics import TopicSpec
 from headwater_dev.bench.enricher import cpu as bench_cpu
-
-ACME = "application/vnd.acme.telemetry.v1+json"
-
-
-def _producer(bootstrap: str) -> Any:
-    return Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 10000}
-    )
-
-
-def telemetry_record(
-    i: int, devices: int, run: str, received_ms: int
-) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """Return record ``i`` of a run as ingest writes it: (key, envelope bytes, headers)."""
-    device = f"dev-{i % devices:05d}"
-    mid = f"{run}-{i}"
-    payload = b'{"temp_c": %d.5, "hum_pct": 40.1}' % (i % 40)
-    dm = device_message_pb2.DeviceMessage(
-        message_id=mid,
-        device_id=device,
-        sequence=i // devices + 1,
-        content_type=ACME,
-        payload=payload,
-    )
-    dm.device_time.FromMilliseconds(received_ms)
-    headers = [
-        (rh.MESSAGE_ID, mid.encode()),
-        (rh.TENANT, b"bench"),
-        (rh.GATEWAY_ID, b"gw-bench"),
-        (rh.RECEIVED_AT_MS, str(received_ms).encode()),
-        (rh.ENDPOINT, b"telemetry"),
-    ]
-    return device.encode(), dm.SerializeToString(), headers
-
-
-def fill_backlog(
-    bootstrap: str, topic: str, n: int, devices: int, run: str, first: int = 0
-) -> None:
-    """Produce records ``first`` to ``first + n`` of ``devices`` devices to ``topic`` (acks=all)."""
-    p = _producer(bootstrap)
-    now = int(time.time() * 1000)
-    for i in range(first, first + n):
-        key, value, headers = telemetry_record(i, devices, run, now)
-        while True:
-            try:
-                p.produce(topic, value=value, key=key, headers=headers)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(120)
-
-
-def _masters(bootstrap: str, topic: str, devices: int) -> None:
-    p = _producer(bootstrap)
-    for d in range(devices):
-        dev = f"dev-{d:05d}"
-        m = device_master_pb2.DeviceMaster(
-            device_id=dev, site="plant-1", area_code=f"A{d % 10}", tenant="bench"
-        )
-        # Master data is per tenant (the tenant of _record).
-        while True:
-            try:
-                p.produce(topic, key=scoped_key("bench", dev).encode(), value=m.SerializeToString())
-                break
-            except BufferError:  # a large fleet fills the producer's queue
-                p.poll(0.05)
-        p.poll(0)
-    p.flush(120)
-
-
-def _consumer(bootstrap: str, topic: str, from_end: bool = False) -> Consumer:
-    """Return a consumer of every partition of ``topic``, from the start or from its end now."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
-    meta = c.list_topics(topic, timeout=10).topics[topic]
-    starts = {p: 0 for p in meta.partitions}
-    if from_end:
-        starts = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in starts}
-    c.assign([TopicPartition(topic, p, at) for p, at in starts.items()])
-    return c
-
-
-def raw_ceiling(bootstrap: str, source: str, sink: str, n: int) -> float:
-    """Return records/s for consuming ``n`` records and producing as many (no Spark)."""
-    c, p = _consumer(bootstrap, source), _producer(bootstrap)
-    done, start = 0, time.perf_counter()
-    while done < n and time.perf_counter() - start < 300:
-        for m in c.consume(10000, timeout=0.5):
-            if m.error() is None:
-                while True:
-                    try:
-                        p.produce(sink, value=m.value(), key=m.key(), headers=m.headers())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-                done += 1
-    p.flush(120)
-    elapsed = time.perf_counter() - start
-    c.close()
-    return done / elapsed
-
-
-class CompletionWatch(threading.Thread):
-    """Counts completions as they become visible; records ingest-to-visible latency, and when."""
-
-    def __init__(self, bootstrap: str, topic: str, from_end: bool = False) -> None:
-        super().__init__(daemon=True)
-        self.c = _consumer(bootstrap, topic, from_end)
-        self.count, self.first_t, self.last_t = 0, 0.0, 0.0
-        self.latency_ms: list[float] = []
-        self.seen_ms: list[float] = []  # when each latency's completion became visible
-        self.stop_flag = False
-        self.measure_after_ms = 0
-
-    def run(self) -> None:
-        """Consume until told to stop."""
-        while not self.stop_flag:
-            for m in self.c.consume(5000, timeout=0.2):
-                if m.error() is not None:
-                    continue
-                now = time.time() * 1000
-                self.count += 1
-                self.first_t = self.first_t or time.perf_counter()
-                self.last_t = time.perf_counter()
-                received = dict(m.headers() or []).get(rh.RECEIVED_AT_MS)
-                if received and int(received) >= self.measure_after_ms > 0:
-                    self.seen_ms.append(now)
-                    self.latency_ms.append(now - int(received))
-        self.c.close()
-
-
-def offer(p: Any, topic: str, first: int, rate: int, seconds: float, devices: int, run: str) -> int:
-    """Produce ``rate`` records a second for ``seconds`` from record ``first``; return how many."""
-    return offer_records(
-        p, topic, rate, seconds, lambda i, now_ms: telemetry_record(first + i, devices, run, now_ms)
-    )
-
-
-def offer_records(
-    p: Any,
-    topic: str,
-    rate: int,
-    seconds: float,
-    record: Callable[[int, int], tuple[bytes, bytes, list[tuple[str, bytes]]]],
-) -> int:
-    """Produce ``rate`` records a second for ``seconds``; return how many.
-
-    ``record(i, now_ms)`` makes the ``i``-th record of this call: (key, value, headers).
-    """
-    start, sent = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        due = int((time.perf_counter() - start) * rate)
-        now_ms = int(time.time() * 1000)
-        while sent < due:
-            key, value, headers = record(sent, now_ms)
-            try:
-                p.produce(topic, value=value, key=key, headers=headers)
-            except BufferError:
-                p.poll(0.05)
-                continue
-            sent += 1
-        p.poll(0)
-        time.sleep(0.005)
-    p.flush(60)
-    return sent
+from headwater_dev.bench.enricher import traffic
 
 
 def bench_fleet(
@@ -265,7 +89,7 @@ def bench_fleet(
     topics = EnricherTopics.with_prefix(f"bench{uuid.uuid4().hex[:6]}.")
     names = [*topics.ingest, topics.master, *topics.outputs(), topics.completions + ".raw"]
     ensure_topics(bootstrap, [TopicSpec(t, 4, 1, {}) for t in names])
-    _masters(bootstrap, topics.master, devices)
+    traffic.write_masters(bootstrap, topics.master, devices)
     run = uuid.uuid4().hex[:6]
 
     stats_path = os.path.join(tempfile.mkdtemp(prefix="bench-stats-"), "sink-stats.jsonl")
@@ -278,7 +102,7 @@ def bench_fleet(
         kafka=KafkaSettings(bootstrap_servers=bootstrap),
     )
     transform = _transform(query_kind, floor_buckets)
-    watch = CompletionWatch(bootstrap, topics.completions)
+    watch = traffic.CompletionWatch(bootstrap, topics.completions)
     watch.start()
     query = job.write_stream(
         transform(job.read_ingest(spark, settings), settings), settings, stats_path
@@ -293,16 +117,16 @@ def bench_fleet(
         print(f"bench: {query_kind}, {devices} devices: {name}", file=sys.stderr, flush=True)
 
     phase("warm-up")
-    p = _producer(bootstrap)
-    warm = offer(p, topics.ingest[0], 0, rate, warmup, devices, run)
+    p = traffic.producer(bootstrap)
+    warm = traffic.offer(p, topics.ingest[0], 0, rate, warmup, devices, run)
     jit_before = jit_ms(spark)
     phase("offered (measured)")
     watch.measure_after_ms = int(time.time() * 1000)
     measured_from = watch.count
     cpu_before = bench_cpu.snapshot()
-    sent = offer(p, topics.ingest[0], warm, rate, seconds, devices, run)
+    sent = traffic.offer(p, topics.ingest[0], warm, rate, seconds, devices, run)
     sent += warm
-    _wait_for(watch, query, sent, 120)
+    traffic.wait_for(watch, query, sent, 120)
     jit_offered = jit_ms(spark) - jit_before
     cpu_offered = bench_cpu.per_message_us(
         cpu_before, bench_cpu.snapshot(), watch.count - measured_from
@@ -319,9 +143,9 @@ def bench_fleet(
     # share the cores with it), then the same query, restarted from its checkpoint in
     # the same warm JVM, drains it in equal batches of ``batch_records``.
     phase("backlog")
-    fill_backlog(bootstrap, topics.ingest[0], n, devices, run, first=sent)
-    ceiling = raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
-    drain_watch = CompletionWatch(bootstrap, topics.completions, from_end=True)
+    traffic.fill_backlog(bootstrap, topics.ingest[0], n, devices, run, first=sent)
+    ceiling = traffic.raw_ceiling(bootstrap, topics.ingest[0], topics.completions + ".raw", n)
+    drain_watch = traffic.CompletionWatch(bootstrap, topics.completions, from_end=True)
     drain_watch.start()
     drain_start_ms = int(time.time() * 1000)
     phase("drain")
@@ -331,7 +155,7 @@ def bench_fleet(
     back_to_back = dataclasses.replace(settings, trigger_interval_seconds=0.0)
     raw = job.read_ingest(spark, back_to_back)
     query = job.write_stream(transform(raw, back_to_back), back_to_back, stats_path)
-    _wait_for(drain_watch, query, n, 900)
+    traffic.wait_for(drain_watch, query, n, 900)
     jit_drain = jit_ms(spark) - jit_before
     phase("drained")
     cpu_drain = bench_cpu.per_message_us(cpu_before, bench_cpu.snapshot(), n)
@@ -384,15 +208,6 @@ def jit_ms(spark: Any) -> int:
     """Return the milliseconds the driver JVM's JIT has spent compiling so far."""
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     return int(management.getCompilationMXBean().getTotalCompilationTime())
-
-
-def _wait_for(watch: CompletionWatch, query: Any, count: int, seconds: float) -> None:
-    """Wait until ``watch`` has seen ``count`` completions; raise if the query stopped."""
-    deadline = time.monotonic() + seconds
-    while watch.count < count and time.monotonic() < deadline and query.isActive:
-        time.sleep(0.2)
-    if not query.isActive:
-        raise RuntimeError(f"the query stopped: {query.exception()}")
 
 
 #: Full drain batches left out at the start of the drain (the restarted query's first
@@ -477,7 +292,7 @@ def batch_profile(
     batches = [
         b
         for b in batches
-        if b.get("numInputRows", 0) > 0 and since_ms <= _epoch_ms(b["timestamp"]) < until_ms
+        if b.get("numInputRows", 0) > 0 and since_ms <= epoch_ms(b["timestamp"]) < until_ms
     ]
     batch_ids = {b["batchId"] for b in batches}
     spark = {
@@ -502,7 +317,7 @@ def batch_profile(
     return {k: round(v, 2) for k, v in {**spark, **sink}.items()}
 
 
-def _epoch_ms(iso: str) -> int:
+def epoch_ms(iso: str) -> int:
     """Return a progress ``timestamp`` ("2026-11-23T11:57:13.975Z") in epoch ms."""
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 

@@ -39,6 +39,7 @@ from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
 from headwater_dev.bench.enricher import cpu as bench_cpu
 from headwater_dev.bench.enricher import query as bench
+from headwater_dev.bench.enricher import traffic
 
 #: Issue 40's target: seconds from the backlog's end to drained and p99 under the bound.
 TARGET_S = 30.0
@@ -61,7 +62,7 @@ class OfferedLoad(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, rate: int, devices: int, run: str) -> None:
         super().__init__(daemon=True)
         self.args = (topic, rate, devices, run)
-        self.producer = bench._producer(bootstrap)
+        self.producer = traffic.producer(bootstrap)
         self.sent = 0
         #: (time.time() at the end of a slice, records sent by then).
         self.marks: list[tuple[float, int]] = []
@@ -71,7 +72,9 @@ class OfferedLoad(threading.Thread):
         """Offer in short slices until told to stop."""
         topic, rate, devices, run = self.args
         while not self.stop_flag:
-            self.sent += bench.offer(self.producer, topic, self.sent, rate, _SLICE_S, devices, run)
+            self.sent += traffic.offer(
+                self.producer, topic, self.sent, rate, _SLICE_S, devices, run
+            )
             self.marks.append((time.time(), self.sent))
 
     def sent_by(self, at: float) -> int:
@@ -164,7 +167,7 @@ def bench_recovery(
         bootstrap,
         [TopicSpec(t, 4, 1, {}) for t in [*topics.ingest, topics.master, *topics.outputs()]],
     )
-    bench._masters(bootstrap, topics.master, devices)
+    traffic.write_masters(bootstrap, topics.master, devices)
     base = settings or EnricherSettings()
     settings = EnricherSettings(
         checkpoint_location=tempfile.mkdtemp(prefix="bench-recovery-cp-"),
@@ -177,7 +180,7 @@ def bench_recovery(
     kept = tempfile.mkdtemp(prefix="bench-recovery-")
     stats_path = os.path.join(kept, "sink-stats.jsonl")
     progress_path = os.path.join(kept, "progress.jsonl")
-    watch = bench.CompletionWatch(bootstrap, topics.completions)
+    watch = traffic.CompletionWatch(bootstrap, topics.completions)
     watch.measure_after_ms = 1  # every completion's latency, with when it was seen
     watch.start()
     load = OfferedLoad(bootstrap, topics.ingest[0], rate, devices, uuid.uuid4().hex[:6])
@@ -244,7 +247,7 @@ def bench_recovery(
 
 def _released_progress(
     query: Any,
-    watch: bench.CompletionWatch,
+    watch: traffic.CompletionWatch,
     drained_count: int,
     released: float,
     limit_s: float,

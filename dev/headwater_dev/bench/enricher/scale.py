@@ -42,6 +42,7 @@ from typing import Any
 from headwater.enricher.driver.settings import EnricherSettings
 from headwater_dev.bench.enricher import cpu as bench_cpu
 from headwater_dev.bench.enricher import query as bench_query
+from headwater_dev.bench.enricher import traffic
 from headwater_dev.bench.enricher.scale_fleet import (
     Clock,
     Fleet,
@@ -69,7 +70,7 @@ TARGETS = (
 def populate(fleet: Fleet) -> dict[str, Any]:
     """Give every device of the fleet master data and one message; return how long it took."""
     started = time.perf_counter()
-    bench_query._masters(fleet.bootstrap, fleet.topics.master, fleet.devices)
+    traffic.write_masters(fleet.bootstrap, fleet.topics.master, fleet.devices)
     fleet.backlog(fleet.devices)  # records 0 .. N-1: one per device
     produced = time.perf_counter() - started
     with running(fleet, fleet.args.populate_batch_records, 0.0, from_end=False) as (query, watch):
@@ -87,7 +88,7 @@ def populate(fleet: Fleet) -> dict[str, Any]:
 def offered(fleet: Fleet, jvm_pid: int) -> dict[str, Any]:
     """Offer random devices' records at ``--rate``; return latency, commit time, memory."""
     args = fleet.args
-    producer = bench_query._producer(fleet.bootstrap)
+    producer = traffic.producer(fleet.bootstrap)
     with running(fleet, EnricherSettings.max_records_per_trigger, args.trigger_seconds) as (
         query,
         watch,
@@ -102,7 +103,7 @@ def offered(fleet: Fleet, jvm_pid: int) -> dict[str, Any]:
     progress = [
         q.json
         for q in query.recentProgress
-        if bench_query._epoch_ms(json.loads(q.json)["timestamp"]) >= measured_from
+        if bench_query.epoch_ms(json.loads(q.json)["timestamp"]) >= measured_from
     ]
     return {
         "offered_rate_msgs_per_s": args.rate,
@@ -117,7 +118,7 @@ def offered(fleet: Fleet, jvm_pid: int) -> dict[str, Any]:
 def offer_scattered(producer: Any, fleet: Fleet, seconds: float) -> int:
     """Produce ``--rate`` records a second of random devices for ``seconds``; return how many."""
     first = fleet.written
-    sent = bench_query.offer_records(
+    sent = traffic.offer_records(
         producer,
         fleet.topics.ingest[0],
         fleet.args.rate,

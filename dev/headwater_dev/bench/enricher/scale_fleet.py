@@ -22,7 +22,7 @@ from headwater.errors import HeadwaterError
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import TopicSpec
-from headwater_dev.bench.enricher import query as bench_query
+from headwater_dev.bench.enricher import traffic
 
 
 class OutOfTime(HeadwaterError, RuntimeError):
@@ -46,12 +46,12 @@ class Clock:
 def scattered_record(i: int, devices: int, run: str, received_ms: int) -> tuple[bytes, bytes, Any]:
     """Return record ``i`` of an offered phase: a random device's, as ingest writes it.
 
-    ``query.telemetry_record`` numbers devices round robin; at 1,000,000 devices and
+    ``traffic.telemetry_record`` numbers devices round robin; at 1,000,000 devices and
     5,000 msg/s that would walk the key space in order, so the state's reads and writes
     would meet neighbouring keys. Random devices are the worst case and the usual one.
     """
     # Message ids of their own ("o"): never those of the round-robin backlogs' records.
-    return bench_query.telemetry_record(
+    return traffic.telemetry_record(
         random.randrange(devices) + devices * i, devices, run + "o", received_ms
     )
 
@@ -103,14 +103,14 @@ class Fleet:
 
     def backlog(self, n: int) -> None:
         """Write ``n`` more ingest records, round robin over the fleet's devices."""
-        bench_query.fill_backlog(
+        traffic.fill_backlog(
             self.bootstrap, self.topics.ingest[0], n, self.devices, self.run, first=self.written
         )
         self.written += n
 
-    def wait(self, watch: bench_query.CompletionWatch, query: Any, count: int) -> None:
+    def wait(self, watch: traffic.CompletionWatch, query: Any, count: int) -> None:
         """Wait for ``count`` completions within the run's time bound."""
-        bench_query._wait_for(watch, query, count, self.clock.left(1800))
+        traffic.wait_for(watch, query, count, self.clock.left(1800))
         if watch.count < count:
             raise OutOfTime(f"{watch.count} of {count} completions within the time bound")
 
@@ -144,9 +144,9 @@ def rows_committed(progress: list[Any]) -> bool:
 @contextlib.contextmanager
 def running(
     fleet: Fleet, batch_records: int, trigger_seconds: float, from_end: bool = True
-) -> Iterator[tuple[Any, bench_query.CompletionWatch]]:
+) -> Iterator[tuple[Any, traffic.CompletionWatch]]:
     """Run the fleet's query and a watch of its completions; stop both between batches."""
-    watch = bench_query.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end)
+    watch = traffic.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end)
     watch.start()
     query = fleet.start(batch_records, trigger_seconds)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater_dev.bench.enricher import cpu as bench_cpu
-from headwater_dev.bench.enricher import query as bench_query
+from headwater_dev.bench.enricher import traffic
 from headwater_dev.bench.enricher.scale_fleet import Fleet, OutOfTime
 from headwater_dev.bench.enricher.scale_probes import rss_mib
 
@@ -42,13 +42,13 @@ def restart(fleet: Fleet) -> dict[str, Any]:
     def launch() -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
 
-    watch = bench_query.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end=True)
+    watch = traffic.CompletionWatch(fleet.bootstrap, fleet.topics.completions, from_end=True)
     watch.start()
     child = launch()
     try:
         # Running and caught up: a second's worth of records comes back complete.
         fleet.backlog(args.rate)
-        bench_query._wait_for(watch, _Alive(child), args.rate, fleet.clock.left(300))
+        traffic.wait_for(watch, _Alive(child), args.rate, fleet.clock.left(300))
         os.killpg(child.pid, signal.SIGKILL)  # the driver and its JVM, as a crash
         child.wait(30)
         backlog = args.rate * args.restart_backlog_seconds
@@ -88,7 +88,7 @@ def restart(fleet: Fleet) -> dict[str, Any]:
 
 
 class _Alive:
-    """A child process in ``query._wait_for``'s terms (``isActive``, ``exception``)."""
+    """A child process in ``traffic.wait_for``'s terms (``isActive``, ``exception``)."""
 
     def __init__(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
