@@ -65,6 +65,12 @@ def test_dashboard_shows_what_operators_look_for():
         "headwater_enricher_consumer_to_processing_duration_seconds",
         "headwater_enricher_output_bytes_total",
         "headwater_enricher_input_records_total",
+        # Issue 36: a broker lost, as ingest sees it (the "Kafka cluster" panels).
+        "headwater_ingest_kafka_under_replicated_partitions",
+        "headwater_ingest_kafka_offline_partitions",
+        "headwater_ingest_unwritable_partitions",
+        "headwater_ingest_kafka_writable",
+        "headwater_ingest_refused_calls_total",
     }
     assert wanted <= used, wanted - used
 
