@@ -135,6 +135,15 @@ class SparkDaemon:
         self._proc.wait(timeout=10)
         self._proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once: a lost machine (the daemon and what it ran)."""
+        if self._proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(timeout=30)
+        self._proc = None
+
     def log_tail(self) -> str:
         """The last lines of the daemon's log, for an error message."""
         try:
@@ -326,6 +335,21 @@ class SparkStandalone:
             raise SparkClusterError(f"Spark worker {n} runs no executor")
         os.kill(pids[0], signal.SIGKILL)
         return pids[0]
+
+    def kill_worker(self, n: int) -> None:
+        """SIGKILL worker ``n`` with its executors at once (a lost node), then start it again.
+
+        The new worker is a replacement machine at the same address: the master accepts it
+        only once it has dropped the lost one (it notices the closed connection), so this
+        waits for that first. The application then gets an executor on it again.
+
+        Raises:
+            SparkClusterError: the master did not drop it, or the replacement did not join.
+        """
+        self.worker(n).kill()
+        self.wait_workers(len(self.workers) - 1, timeout=60)
+        self.worker(n).start(self._daemon_env())
+        self.wait_workers(len(self.workers))
 
     def __enter__(self) -> SparkStandalone:
         return self.start()
