@@ -70,7 +70,6 @@ def test_dashboard_shows_what_operators_look_for():
         "headwater_ingest_kafka_offline_partitions",
         "headwater_ingest_unwritable_partitions",
         "headwater_ingest_kafka_writable",
-        "headwater_ingest_refused_calls_total",
     }
     assert wanted <= used, wanted - used
 
