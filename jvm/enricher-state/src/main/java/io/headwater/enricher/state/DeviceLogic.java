@@ -49,7 +49,7 @@ final class DeviceLogic {
     this.deviceKey = deviceKey;
     this.now = nowMs;
     this.dev = DeviceValue.decode(store.device());
-    this.dedup = new Dedup(store, policy.dedupWindowMs, policy.dedupHorizonMs);
+    this.dedup = new Dedup(store, policy);
     dedup.begin(dev.recent, dev.spilledHours);
   }
 
@@ -283,6 +283,11 @@ final class DeviceLogic {
     }
     dev.parked = kept.size();
     dev.parkedBytes = keptBytes;
+  }
+
+  /** Dedup ids the bounds forgot in this batch or timer (after {@link #batch} or {@link #timer}). */
+  long dedupIdsForgotten() {
+    return dedup.forgotten();
   }
 
   private List<Row> finish() {
