@@ -37,12 +37,15 @@ public final class DeviceProcessor extends StatefulProcessor<Row, Row, Row> {
   public void init(OutputMode outputMode, TimeMode timeMode) {
     var h = getHandle();
     var device = h.getValueState("device", Encoders.BINARY(), TTLConfig.NONE());
-    var parked = h.getListState("parked", Encoders.BINARY(), TTLConfig.NONE());
+    var parked = h.<Long, byte[]>getMapState("parked_slots", Encoders.LONG(), Encoders.BINARY(),
+        TTLConfig.NONE());
+    // The parked list of the layout before slots: still read, once, to move what it holds.
+    var parkedList = h.getListState("parked", Encoders.BINARY(), TTLConfig.NONE());
     // Older ids expire with the horizon (plus an hour), even for a device that went silent.
     var ttl = TTLConfig.apply(Duration.ofMillis(policy.dedupHorizonMs + Dedup.HOUR_MS));
     var older = h.<Long, byte[]>getMapState("older_ids", Encoders.LONG(), Encoders.BINARY(), ttl);
     var births = h.getValueState("births", Encoders.BINARY(), TTLConfig.NONE());
-    store = new SparkDeviceStore(h, device, parked, older, births);
+    store = new SparkDeviceStore(h, device, parked, parkedList, older, births);
     records = new Records(policy);
     reader = new MessageReader();
   }
