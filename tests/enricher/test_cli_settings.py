@@ -34,6 +34,8 @@ def test_from_env_reads_every_setting() -> None:
             "HEADWATER_ENRICHER_DEDUP_WINDOW_SECONDS": "7200",
             "HEADWATER_ENRICHER_TOPIC_PREFIX": "dev.",
             "HEADWATER_ENRICHER_MAX_PARKED_BYTES": "1000000",
+            "HEADWATER_ENRICHER_DEDUP_MAX_RECENT_IDS": "1000",
+            "HEADWATER_ENRICHER_DEDUP_MAX_IDS_PER_HOUR": "2000",
             "HEADWATER_ENRICHER_DRIVER_MEMORY": "3g",
         }
     )
@@ -46,6 +48,7 @@ def test_from_env_reads_every_setting() -> None:
     assert (s.max_attempts, s.dedup_window_seconds) == (7, 7200.0)
     assert s.topics.completions == "dev.completions.v1"
     assert (s.max_parked_bytes, s.driver_memory) == (1_000_000, "3g")
+    assert (s.dedup_max_recent_ids, s.dedup_max_ids_per_hour) == (1000, 2000)
     with pytest.raises(dataclasses_frozen_error()):
         s.max_attempts = 1  # type: ignore[misc]
 
@@ -66,6 +69,8 @@ def dataclasses_frozen_error() -> type[Exception]:
         ("HEADWATER_ENRICHER_DEDUP_WINDOW_SECONDS", "0.5"),
         ("HEADWATER_ENRICHER_MAX_ATTEMPTS", "0"),
         ("HEADWATER_ENRICHER_MAX_PARKED_BYTES", "0"),
+        ("HEADWATER_ENRICHER_DEDUP_MAX_RECENT_IDS", "0"),
+        ("HEADWATER_ENRICHER_DEDUP_MAX_IDS_PER_HOUR", "0"),
         ("HEADWATER_ENRICHER_DRIVER_MEMORY", "lots"),
         ("HEADWATER_ENRICHER_DRIVER_MEMORY", "2 GB"),
     ],

@@ -75,6 +75,14 @@ def test_the_policy_crosses_as_lines_the_jvm_reads() -> None:
     assert "dedup_horizon_ms=608400000" in lines
     assert "max_attempts=3" in lines
     assert f"max_parked_bytes={32 << 20}" in lines
+    assert "dedup_max_recent_ids=50000" in lines
+    assert "dedup_max_ids_per_hour=50000" in lines
+
+
+def test_the_settings_reach_the_policy() -> None:
+    settings = EnricherSettings(topics=T, dedup_max_recent_ids=7, dedup_max_ids_per_hour=9)
+    lines = jvm_state.policy_lines(job.policy_of(settings)).splitlines()
+    assert {"dedup_max_recent_ids=7", "dedup_max_ids_per_hour=9"} <= set(lines)
 
 
 @pytest.mark.spark

@@ -173,6 +173,8 @@ def policy_of(settings: EnricherSettings) -> Policy:
         max_latest_values=settings.max_latest_values,
         dedup_horizon_ms=int(settings.dedup_horizon_seconds * 1000),
         max_parked_bytes=settings.max_parked_bytes,
+        dedup_max_recent_ids=settings.dedup_max_recent_ids,
+        dedup_max_ids_per_hour=settings.dedup_max_ids_per_hour,
     )
 
 

@@ -108,6 +108,22 @@ class EnricherSettings(EnricherPosition):
         "the horizon",
         renamed=_with_unit("DEDUP_HORIZON"),
     )
+    dedup_max_recent_ids: int = setting(
+        50_000,
+        minimum=1,
+        help="the most ids the recent tier keeps (1 MB in the device's state value, read and "
+        "written every batch of the device; a device sending 11.9 messages a second for the "
+        "window and its slack, 70 min, reaches it); past it the oldest move to the older tier "
+        "early. See [Dedup](#dedup-for-as-long-as-gateways-resend)",
+    )
+    dedup_max_ids_per_hour: int = setting(
+        50_000,
+        minimum=1,
+        help="the most ids the older tier keeps per device-time hour (400 KB; 13.9 messages a "
+        "second for a whole hour, or a device whose clock stands still); past it the oldest "
+        "filed are forgotten and counted (a resend of one is enriched again, never lost). See "
+        "[Dedup](#dedup-for-as-long-as-gateways-resend)",
+    )
     max_latest_values: int = setting(
         100,
         minimum=1,

@@ -41,6 +41,8 @@ def policy_lines(policy: Policy) -> str:
         "dedup_horizon_ms": policy.dedup_horizon_ms,
         "max_latest_values": policy.max_latest_values,
         "max_parked_bytes": policy.max_parked_bytes,
+        "dedup_max_recent_ids": policy.dedup_max_recent_ids,
+        "dedup_max_ids_per_hour": policy.dedup_max_ids_per_hour,
     }
     return "".join(f"{k}={v}\n" for k, v in values.items())
 

@@ -28,3 +28,7 @@ class Policy:
     dedup_horizon_ms: int = 7 * 24 * HOUR_MS + HOUR_MS
     #: The most bytes one device keeps parked waiting for master data.
     max_parked_bytes: int = 32 << 20
+    #: The most ids of the recent dedup tier (in the device value); past it the oldest spill.
+    dedup_max_recent_ids: int = 50_000
+    #: The most ids one device-time hour of the older dedup tier keeps; past it the oldest go.
+    dedup_max_ids_per_hour: int = 50_000

@@ -14,17 +14,24 @@ import java.util.TreeSet;
  *
  * <p><b>recent</b>: ids first seen within the window, with their first-seen batch time and the
  * hour of their device time, inside the device's composite value (no state call of its own).
- * <b>older</b>: ids past the window up to the horizon, one sorted array per device-time hour in
- * a map state; only hours known to hold ids ({@code spilledHours}) are read. Ids move there in
- * bulk once the oldest recent id is a sixth of a window past it. Everything counts in
- * micro-batch time, so a replay decides as the first run did. Ids are 64-bit hashes.
+ * <b>older</b>: ids past the window up to the horizon, one array per device-time hour in a
+ * map state, in the order they were filed (a release before the bounds kept them sorted);
+ * only hours known to hold ids ({@code spilledHours}) are read. Ids move there in bulk once
+ * the oldest recent id is a sixth of a window past it. Everything counts in micro-batch time,
+ * so a replay decides as the first run did. Ids are 64-bit hashes.
+ *
+ * <p>Both tiers are bounded, whatever a device's rate: past {@code maxRecent} ids the oldest
+ * recent ids move to the older tier early (down to a sixth below the bound, so a fast device
+ * spills every few batches, not every batch), and an older hour keeps at most {@code
+ * maxPerHour} ids, the oldest filed going first. What a bound drops is forgotten (counted in
+ * {@link #forgotten()}): a resend of it is enriched again, never lost (consumers upsert by id).
  */
 final class Dedup {
   static final long HOUR_MS = 3_600_000L;
   static final int NO_HOUR = -1;
   private static final double SPILL_SLACK = 1.0 / 6;
 
-  /** The older tier: sorted id hashes per device-time hour. */
+  /** The older tier: id hashes per device-time hour, oldest filed first. */
   interface Older {
     long[] get(long hour);
 
@@ -116,6 +123,8 @@ final class Dedup {
   private final Older older;
   private final long windowMs;
   private final long horizonMs;
+  private final int maxRecent;
+  private final int maxPerHour;
   private final LongSet seen = new LongSet(); // recent ids and those of the loaded older hours
   private final Set<Long> loadedHours = new HashSet<>();
   // The ids first seen in this batch: hash, batch ms, hour.
@@ -126,11 +135,20 @@ final class Dedup {
   private boolean recentLoaded;
   private Recent recent = Recent.EMPTY;
   private TreeSet<Long> spilled = new TreeSet<>();
+  private long forgotten;
 
-  Dedup(Older older, long windowMs, long horizonMs) {
+  Dedup(Older older, long windowMs, long horizonMs, int maxRecent, int maxPerHour) {
     this.older = horizonMs > windowMs ? older : null;
     this.windowMs = windowMs;
     this.horizonMs = horizonMs;
+    this.maxRecent = maxRecent;
+    this.maxPerHour = maxPerHour;
+  }
+
+  /** The dedup of {@code policy}'s window, horizon and bounds. */
+  Dedup(Older older, Policy policy) {
+    this(older, policy.dedupWindowMs, policy.dedupHorizonMs, policy.dedupMaxRecentIds,
+        policy.dedupMaxIdsPerHour);
   }
 
   /** Loads the recent tier of a device (from its composite value). */
@@ -143,7 +161,13 @@ final class Dedup {
     seen.clear();
     loadedHours.clear();
     added = 0;
+    forgotten = 0;
     recentLoaded = false; // read on the first id asked about: a timer or master data never does
+  }
+
+  /** Ids dropped by the bounds since {@link #begin}: their resends will not be duplicates. */
+  long forgotten() {
+    return forgotten;
   }
 
   /** Returns true (and remembers the id) unless {@code key} was seen within the horizon. */
@@ -161,6 +185,10 @@ final class Dedup {
     long hour = Math.floorDiv(t, HOUR_MS);
     if (older != null && spilled.contains(hour) && loadedHours.add(hour)) {
       long[] ids = older.get(hour);
+      if (ids.length > maxPerHour) { // filed before the bound was set or lowered
+        ids = bounded(ids, new long[0]);
+        older.put(hour, ids);
+      }
       seen.ensure(ids.length);
       for (long id : ids) {
         seen.add(id);
@@ -184,8 +212,9 @@ final class Dedup {
 
   /**
    * Returns the new recent tier, and moves ids past the window to the older tier (or forgets
-   * them) once the oldest is a sixth of a window past it; forgets older hours past the horizon.
-   * Returns null when nothing changed.
+   * them) once the oldest is a sixth of a window past it, or the oldest ones early once the
+   * tier holds more than {@code maxRecent} ids; forgets older hours past the horizon. Returns
+   * null when nothing changed.
    */
   Recent commit(long nowMs) {
     int n = recent.size();
@@ -199,7 +228,8 @@ final class Dedup {
     for (int k = 0; k < added; k++) {
       min = Math.min(min, addedT[k]);
     }
-    if (total > 0 && min <= cutoff - (long) (windowMs * SPILL_SLACK)) {
+    boolean full = total > maxRecent;
+    if (full || total > 0 && min <= cutoff - (long) (windowMs * SPILL_SLACK)) {
       long[] h = new long[total];
       long[] t = new long[total];
       int[] hr = new int[total];
@@ -211,10 +241,22 @@ final class Dedup {
       System.arraycopy(addedH, 0, h, n, added);
       System.arraycopy(addedT, 0, t, n, added);
       System.arraycopy(addedHour, 0, hr, n, added);
+      // Within the window, the newest (the tier is in first-seen order) up to the low mark.
+      int within = 0;
+      for (int k = 0; k < total; k++) {
+        within += t[k] > cutoff ? 1 : 0;
+      }
+      int early = full ? Math.max(0, within - (maxRecent - maxRecent / 6)) : 0;
       int keep = 0;
       java.util.Map<Long, List<Long>> byHour = new java.util.TreeMap<>();
       for (int k = 0; k < total; k++) {
-        if (t[k] <= cutoff) {
+        boolean past = t[k] <= cutoff;
+        if (!past && early > 0) {
+          early--;
+          past = true;
+          forgotten += hr[k] == NO_HOUR || older == null ? 1 : 0; // no hour to be found by
+        }
+        if (past) {
           if (hr[k] != NO_HOUR) {
             byHour.computeIfAbsent((long) hr[k], x -> new ArrayList<>()).add(h[k]);
           }
@@ -254,16 +296,32 @@ final class Dedup {
       return; // no older tier: ids past the window are forgotten
     }
     for (java.util.Map.Entry<Long, List<Long>> e : byHour.entrySet()) {
-      TreeSet<Long> ids = new TreeSet<>();
-      if (spilled.contains(e.getKey())) {
-        for (long id : older.get(e.getKey())) {
-          ids.add(id);
-        }
-      }
-      ids.addAll(e.getValue());
-      older.put(e.getKey(), ids.stream().mapToLong(Long::longValue).toArray());
+      long[] before = spilled.contains(e.getKey()) ? older.get(e.getKey()) : new long[0];
+      long[] filed = e.getValue().stream().mapToLong(Long::longValue).toArray();
+      older.put(e.getKey(), bounded(before, filed));
       spilled.add(e.getKey());
     }
+  }
+
+  /**
+   * One older hour: its ids {@code before} then those filed now, in the order they were filed
+   * (each spill in first-seen order), at most {@code maxPerHour}: past it the first filed,
+   * the oldest, are forgotten.
+   */
+  private long[] bounded(long[] before, long[] filed) {
+    LongSet known = new LongSet(before.length + filed.length);
+    long[] ids = new long[before.length + filed.length];
+    int n = 0;
+    for (long[] part : new long[][] {before, filed}) {
+      for (long id : part) {
+        if (known.add(id)) {
+          ids[n++] = id;
+        }
+      }
+    }
+    int drop = Math.max(0, n - maxPerHour);
+    forgotten += drop;
+    return Arrays.copyOfRange(ids, drop, n);
   }
 
   private static final ThreadLocal<MessageDigest> SHA256 = Digests.perThread("SHA-256");

@@ -49,7 +49,7 @@ final class DeviceLogic {
     this.deviceKey = deviceKey;
     this.now = nowMs;
     this.dev = DeviceValue.decode(store.device());
-    this.dedup = new Dedup(store, policy.dedupWindowMs, policy.dedupHorizonMs);
+    this.dedup = new Dedup(store, policy);
     dedup.begin(dev.recent, dev.spilledHours);
   }
 
@@ -60,6 +60,7 @@ final class DeviceLogic {
    * at once, a backlog of large messages could exceed a worker's memory).
    */
   <T> List<Row> batch(Iterator<T> rows, Function<T, Message> read) {
+    moveParkedList();
     boolean hadMaster = dev.master != null;
     List<Message> chunk = new ArrayList<>();
     long bytes = 0;
@@ -82,6 +83,7 @@ final class DeviceLogic {
 
   /** Retries the parked messages that are due (a timer fired). */
   List<Row> timer() {
+    moveParkedList();
     if (dev.parked > 0) {
       retry(true);
     }
@@ -150,7 +152,7 @@ final class DeviceLogic {
       return;
     }
     out.add(records.parked(m, 1, notBefore, MISSING_MASTER));
-    store.appendParked(entry);
+    store.park(dev.parkedNext++, entry);
     store.registerTimer(notBefore);
     dev.parked += 1;
     dev.parkedBytes += entry.length;
@@ -218,71 +220,117 @@ final class DeviceLogic {
   }
 
   /**
-   * Retries parked messages. With master data, every parked message goes, in the device's
-   * order (not by not-before time: a message retried more often would come out after newer
-   * ones). Without, the due ones are parked again or, at the last attempt, dead-lettered. Each
-   * message is guarded on its own, and the list is written back with one state call (not one
-   * append per kept message).
-   *
-   * <p>The entries are read one at a time and only those within the count and byte limits are
-   * held: a list over them (written by an older operator, or before a limit was lowered) is
-   * drained, its entries past the limits dead-lettered, instead of being read whole into the
-   * heap on every retry.
+   * Moves the parked entries of the layout before slots (one list) into slots, in their
+   * order, once per device: the entries past the count and byte limits become dead letters
+   * (a list over them, written by an older operator or before a limit was lowered, is drained
+   * instead of read whole on every retry). Spark reads the list whole this once.
+   */
+  private void moveParkedList() {
+    if (!dev.parkedInList) {
+      return;
+    }
+    dev.parkedInList = false;
+    if (dev.parked == 0) {
+      return; // an empty list: nothing to read
+    }
+    int count = 0;
+    long bytes = 0;
+    for (Iterator<byte[]> it = store.parkedList(); it.hasNext(); ) {
+      byte[] v = it.next();
+      Why over = overLimit(count, bytes, v.length, deviceKey);
+      if (over != null) {
+        Parked p = Parked.decode(v);
+        dead(p.message(), p.attempt(), over);
+      } else {
+        store.park(count, v);
+        count++;
+        bytes += v.length;
+      }
+    }
+    store.clearParkedList();
+    dev.parked = count;
+    dev.parkedBytes = bytes;
+    dev.parkedHead = 0;
+    dev.parkedNext = count;
+    dev.changed = true;
+  }
+
+  /**
+   * Retries parked messages, slot by slot in the order they were parked, holding one at a
+   * time: with master data every one goes; without, the due ones are parked again in place
+   * (only they are written) or, at the last attempt, dead-lettered (their slots removed). Each
+   * message is guarded on its own. Entries past the count and byte limits (lowered since they
+   * were parked) are dead-lettered, the newest first.
    */
   private void retry(boolean dueOnly) {
-    List<Parked> parked = new ArrayList<>();
-    long held = 0;
-    for (Iterator<byte[]> it = store.parked(); it.hasNext(); ) {
-      byte[] v = it.next();
+    int count = 0;
+    long bytes = 0;
+    long head = -1;
+    for (long slot = dev.parkedHead; slot < dev.parkedNext; slot++) {
+      byte[] v = store.parked(slot);
+      if (v == null) {
+        continue; // a message that went in an earlier retry
+      }
       Parked p = Parked.decode(v);
-      Why over = overLimit(parked.size(), held, v.length, p.message().deviceKey);
+      Why over = overLimit(count, bytes, v.length, deviceKey);
+      byte[] kept = null;
       if (over != null) {
         dead(p.message(), p.attempt(), over);
       } else {
-        parked.add(p);
-        held += v.length;
+        kept = retry(p, v, dueOnly);
       }
+      if (kept == null) {
+        store.unpark(slot);
+        continue;
+      }
+      if (kept != v) {
+        store.park(slot, kept);
+      }
+      head = head < 0 ? slot : head;
+      count++;
+      bytes += kept.length;
     }
-    parked.sort(Comparator.comparing(Parked::message, ORDER));
-    List<byte[]> kept = new ArrayList<>();
-    long keptBytes = 0;
-    int parkedBefore = dev.parked;
-    dev.parked = 0;
+    dev.parked = count;
+    dev.parkedBytes = bytes;
+    dev.parkedHead = count == 0 ? 0 : head;
+    dev.parkedNext = count == 0 ? 0 : dev.parkedNext;
     dev.changed = true;
-    for (Parked p : parked) {
-      Message m = p.message();
-      int attempt = p.attempt() + 1;
-      try {
-        byte[] again = null;
-        if (dev.master != null) {
-          enrich(m, attempt);
-        } else if (dueOnly && p.notBeforeMs() > now) {
-          again = p.encode();
-        } else if (attempt >= policy.maxAttempts) {
-          dead(m, attempt, new Why("enrich", MISSING_MASTER, "MasterDataMissingError",
-              "no master data for " + Text.repr(m.deviceKey) + " after " + attempt
-                  + " attempts"));
-        } else {
-          long notBefore = policy.notBefore(now, attempt);
-          out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
-          again = new Parked(notBefore, attempt, MISSING_MASTER, m).encode();
-          store.registerTimer(notBefore);
-          out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
-              MISSING_MASTER));
-        }
-        if (again != null) {
-          kept.add(again);
-          keptBytes += again.length;
-        }
-      } catch (RuntimeException e) { // the retry path is guarded per message too
-        dead(m, attempt, failure("state", STATE_FAILED, e));
+  }
+
+  /** Retries one parked message; returns its entry to keep ({@code v}: unchanged) or null. */
+  private byte[] retry(Parked p, byte[] v, boolean dueOnly) {
+    Message m = p.message();
+    int attempt = p.attempt() + 1;
+    try {
+      if (dev.master != null) {
+        enrich(m, attempt);
+        return null;
       }
+      if (dueOnly && p.notBeforeMs() > now) {
+        return v;
+      }
+      if (attempt >= policy.maxAttempts) {
+        dead(m, attempt, new Why("enrich", MISSING_MASTER, "MasterDataMissingError",
+            "no master data for " + Text.repr(m.deviceKey) + " after " + attempt
+                + " attempts"));
+        return null;
+      }
+      long notBefore = policy.notBefore(now, attempt);
+      out.add(records.parked(m, attempt, notBefore, MISSING_MASTER));
+      byte[] again = new Parked(notBefore, attempt, MISSING_MASTER, m).encode();
+      store.registerTimer(notBefore);
+      out.add(records.completion(m, Outcome.OUTCOME_RETRY_SCHEDULED, now, attempt,
+          MISSING_MASTER));
+      return again;
+    } catch (RuntimeException e) { // the retry path is guarded per message too
+      dead(m, attempt, failure("state", STATE_FAILED, e));
+      return null;
     }
-    if (!kept.isEmpty() || parkedBefore > 0) {
-      store.parked(kept);
-    }
-    dev.parked = kept.size();
-    dev.parkedBytes = keptBytes;
+  }
+
+  /** Dedup ids the bounds forgot in this batch or timer (after {@link #batch} or {@link #timer}). */
+  long dedupIdsForgotten() {
+    return dedup.forgotten();
   }
 
   private List<Row> finish() {

@@ -10,6 +10,7 @@ import org.apache.spark.sql.streaming.StatefulProcessor;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.util.LongAccumulator;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -21,24 +22,30 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class DeviceProcessor extends StatefulProcessor<Row, Row, Row> {
   private static final long serialVersionUID = 1L;
   private final Policy policy;
+  /** Dedup ids forgotten by the bounds, all devices (Spark UI; docs/enricher.md, Dedup). */
+  private final LongAccumulator idsForgotten;
   private transient SparkDeviceStore store;
   private transient Records records;
   private transient MessageReader reader;
 
-  DeviceProcessor(Policy policy) {
+  DeviceProcessor(Policy policy, LongAccumulator idsForgotten) {
     this.policy = policy;
+    this.idsForgotten = idsForgotten;
   }
 
   @Override
   public void init(OutputMode outputMode, TimeMode timeMode) {
     var h = getHandle();
     var device = h.getValueState("device", Encoders.BINARY(), TTLConfig.NONE());
-    var parked = h.getListState("parked", Encoders.BINARY(), TTLConfig.NONE());
+    var parked = h.<Long, byte[]>getMapState("parked_slots", Encoders.LONG(), Encoders.BINARY(),
+        TTLConfig.NONE());
+    // The parked list of the layout before slots: still read, once, to move what it holds.
+    var parkedList = h.getListState("parked", Encoders.BINARY(), TTLConfig.NONE());
     // Older ids expire with the horizon (plus an hour), even for a device that went silent.
     var ttl = TTLConfig.apply(Duration.ofMillis(policy.dedupHorizonMs + Dedup.HOUR_MS));
     var older = h.<Long, byte[]>getMapState("older_ids", Encoders.LONG(), Encoders.BINARY(), ttl);
     var births = h.getValueState("births", Encoders.BINARY(), TTLConfig.NONE());
-    store = new SparkDeviceStore(h, device, parked, older, births);
+    store = new SparkDeviceStore(h, device, parked, parkedList, older, births);
     records = new Records(policy);
     reader = new MessageReader();
   }
@@ -46,12 +53,17 @@ public final class DeviceProcessor extends StatefulProcessor<Row, Row, Row> {
   @Override
   public Iterator<Row> handleInputRows(Row key, Iterator<Row> rows, TimerValues timers) {
     DeviceLogic logic = logic(key, timers);
-    return wrap(logic.batch(CollectionConverters.asJava(rows), reader::read));
+    List<Row> out = logic.batch(CollectionConverters.asJava(rows), reader::read);
+    idsForgotten.add(logic.dedupIdsForgotten());
+    return wrap(out);
   }
 
   @Override
   public Iterator<Row> handleExpiredTimer(Row key, TimerValues timers, ExpiredTimerInfo info) {
-    return wrap(logic(key, timers).timer());
+    DeviceLogic logic = logic(key, timers);
+    List<Row> out = logic.timer();
+    idsForgotten.add(logic.dedupIdsForgotten());
+    return wrap(out);
   }
 
   private DeviceLogic logic(Row key, TimerValues timers) {

@@ -11,7 +11,7 @@ final class DeviceValue {
   Snapshot snapshot = new Snapshot();
   Dedup.Recent recent = Dedup.Recent.EMPTY;
   long[] spilledHours = new long[0];
-  /** How many messages of the device are parked (0: the parked list is never read). */
+  /** How many messages of the device are parked (0: no parked slot is ever read). */
   int parked;
   /**
    * The encoded bytes of the parked entries. Added after the first release: a value written
@@ -19,10 +19,22 @@ final class DeviceValue {
    * is over the limits).
    */
   long parkedBytes;
+  /** The parked slots in use are within [parkedHead, parkedNext) (a slot may be empty). */
+  long parkedHead;
+  long parkedNext;
+  /**
+   * Whether the parked entries are still in the list of the layout before slots: a value
+   * written before them has no head and next; its entries move on the device's next batch or
+   * timer (DeviceLogic).
+   */
+  boolean parkedInList;
   /** Whether something other than the snapshot changed. */
   boolean changed;
 
   byte[] encode() {
+    if (parkedInList && parked > 0) { // DeviceLogic moves them first: never left behind
+      throw new IllegalStateException("parked entries not moved into slots");
+    }
     Codec.Out o =
         new Codec.Out(512 + Dedup.Recent.ENTRY * recent.size() + 8 * spilledHours.length);
     o.bool(master != null);
@@ -37,6 +49,7 @@ final class DeviceValue {
     }
     o.i32(parked);
     o.i64(parkedBytes);
+    o.i64(parkedHead).i64(parkedNext);
     return o.done();
   }
 
@@ -57,6 +70,11 @@ final class DeviceValue {
     }
     d.parked = i.i32();
     d.parkedBytes = i.more() ? i.i64() : 0;
+    d.parkedInList = !i.more();
+    if (!d.parkedInList) {
+      d.parkedHead = i.i64();
+      d.parkedNext = i.i64();
+    }
     return d;
   }
 }

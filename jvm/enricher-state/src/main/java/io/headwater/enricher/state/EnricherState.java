@@ -6,12 +6,15 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.LongAccumulator;
 
 /**
  * The entry point PySpark calls through py4j (services/enricher/state/jvm_state.py): the decoded,
  * normalized rows of the Python hop in, the output records (schema.py's OUTPUT) out.
  */
 public final class EnricherState {
+  /** The accumulator of the dedup ids the bounds forgot (Spark UI, stage accumulators). */
+  static final String IDS_FORGOTTEN = "headwater.enricher.dedup.ids_forgotten";
   private static final StructType KEY = StructType.fromDDL("tenant string, device_key string");
 
   private EnricherState() {}
@@ -25,10 +28,12 @@ public final class EnricherState {
    */
   public static Dataset<Row> apply(Dataset<Row> decoded, String policy) {
     Policy p = Policy.parse(policy); // parsed here, so a bad policy fails on the driver
+    LongAccumulator idsForgotten =
+        decoded.sparkSession().sparkContext().longAccumulator(IDS_FORGOTTEN);
     return decoded
         .groupBy(decoded.col("tenant"), decoded.col("device_key"))
         .as(Encoders.row(KEY), Encoders.row(decoded.schema()))
-        .transformWithState(new DeviceProcessor(p), TimeMode.ProcessingTime(), OutputMode.Append(),
+        .transformWithState(new DeviceProcessor(p, idsForgotten), TimeMode.ProcessingTime(), OutputMode.Append(),
             Encoders.row(Records.OUTPUT));
   }
 

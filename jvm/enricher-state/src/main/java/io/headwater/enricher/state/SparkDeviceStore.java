@@ -1,7 +1,6 @@
 package io.headwater.enricher.state;
 
 import java.util.Iterator;
-import java.util.List;
 import org.apache.spark.sql.streaming.ListState;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
@@ -18,15 +17,18 @@ import scala.jdk.javaapi.CollectionConverters;
 final class SparkDeviceStore implements DeviceStore {
   private final StatefulProcessorHandle handle;
   private final ValueState<byte[]> device;
-  private final ListState<byte[]> parked;
+  private final MapState<Long, byte[]> parked;
+  private final ListState<byte[]> parkedList;
   private final MapState<Long, byte[]> older;
   private final ValueState<byte[]> definitions;
 
   SparkDeviceStore(StatefulProcessorHandle handle, ValueState<byte[]> device,
-      ListState<byte[]> parked, MapState<Long, byte[]> older, ValueState<byte[]> definitions) {
+      MapState<Long, byte[]> parked, ListState<byte[]> parkedList, MapState<Long, byte[]> older,
+      ValueState<byte[]> definitions) {
     this.handle = handle;
     this.device = device;
     this.parked = parked;
+    this.parkedList = parkedList;
     this.older = older;
     this.definitions = definitions;
   }
@@ -42,22 +44,28 @@ final class SparkDeviceStore implements DeviceStore {
   }
 
   @Override
-  public Iterator<byte[]> parked() {
-    return CollectionConverters.asJava(parked.get());
+  public byte[] parked(long slot) {
+    return parked.getValue(slot);
   }
 
   @Override
-  public void parked(List<byte[]> entries) {
-    if (entries.isEmpty()) {
-      parked.clear();
-    } else {
-      parked.put(entries.toArray(new byte[0][]));
-    }
+  public void park(long slot, byte[] entry) {
+    parked.updateValue(slot, entry);
   }
 
   @Override
-  public void appendParked(byte[] entry) {
-    parked.appendValue(entry);
+  public void unpark(long slot) {
+    parked.removeKey(slot);
+  }
+
+  @Override
+  public Iterator<byte[]> parkedList() {
+    return CollectionConverters.asJava(parkedList.get());
+  }
+
+  @Override
+  public void clearParkedList() {
+    parkedList.clear();
   }
 
   @Override

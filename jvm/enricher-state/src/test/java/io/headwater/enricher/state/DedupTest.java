@@ -73,17 +73,27 @@ class DedupTest {
     final MemoryOlder older = new MemoryOlder();
     final long windowMs;
     final long horizonMs;
+    final int maxRecent;
+    final int maxPerHour;
     Dedup.Recent recent = Dedup.Recent.EMPTY;
     long[] spilled = new long[0];
+    long forgotten;
 
     Device(long windowMs, long horizonMs) {
+      this(windowMs, horizonMs, Policy.DEFAULT_DEDUP_MAX_RECENT_IDS,
+          Policy.DEFAULT_DEDUP_MAX_IDS_PER_HOUR);
+    }
+
+    Device(long windowMs, long horizonMs, int maxRecent, int maxPerHour) {
       this.windowMs = windowMs;
       this.horizonMs = horizonMs;
+      this.maxRecent = maxRecent;
+      this.maxPerHour = maxPerHour;
     }
 
     /** Returns firstTime of each (id, device time) in order, then commits the batch. */
     List<Boolean> batch(long nowMs, Object... idsAndTimes) {
-      Dedup d = new Dedup(older, windowMs, horizonMs);
+      Dedup d = new Dedup(older, windowMs, horizonMs, maxRecent, maxPerHour);
       d.begin(recent, spilled);
       List<Boolean> out = new ArrayList<>();
       for (int k = 0; k < idsAndTimes.length; k += 2) {
@@ -94,6 +104,7 @@ class DedupTest {
         recent = next;
         spilled = d.spilledHours();
       }
+      forgotten += d.forgotten();
       return out;
     }
   }
@@ -223,7 +234,7 @@ class DedupTest {
   void decidesSpillsAndWritesAsTheFormatOneDedup() {
     // Random batches of one device (repeats, resends hours later, clocks far off, gaps of days)
     // through this dedup and the reference, each reading back what it wrote: the same
-    // decisions, the same recent-tier bytes, the same older tier, the same filed hours.
+    // decisions, the same recent-tier bytes, the same ids in the older tier, the same filed hours.
     long window = 3_600_000L;
     long[][] policies = {{window, 7 * 86_400_000L + window}, {window, window}, {600_000L,
         86_400_000L}};
@@ -250,7 +261,8 @@ class DedupTest {
       int step = r.nextInt(100);
       now += step < 70 ? r.nextInt(5_000) : step < 95 ? r.nextInt(900_000)
           : step < 99 ? r.nextInt(6 * 3_600_000) : r.nextInt(3) * 86_400_000L;
-      Dedup a = new Dedup(olderA, windowMs, horizonMs);
+      Dedup a = new Dedup(olderA, windowMs, horizonMs, Policy.DEFAULT_DEDUP_MAX_RECENT_IDS,
+          Policy.DEFAULT_DEDUP_MAX_IDS_PER_HOUR);
       Format1Dedup b = new Format1Dedup(olderB, windowMs, horizonMs);
       a.begin(stateA == null ? Dedup.Recent.EMPTY : Dedup.Recent.read(new Codec.In(stateA)),
           spilledA);
@@ -297,7 +309,11 @@ class DedupTest {
       }
       assertEquals(olderB.hours.keySet(), olderA.hours.keySet());
       for (Map.Entry<Long, long[]> e : olderB.hours.entrySet()) {
-        assertArrayEquals(e.getValue(), olderA.hours.get(e.getKey()), "hour " + e.getKey());
+        // The same ids; this dedup keeps an hour in the order its ids were filed (its bound
+        // forgets the oldest), the reference sorted.
+        long[] filed = olderA.hours.get(e.getKey()).clone();
+        java.util.Arrays.sort(filed);
+        assertArrayEquals(e.getValue(), filed, "hour " + e.getKey());
       }
     }
     assertEquals(olderB.reads, olderA.reads, "older-tier reads");

@@ -111,19 +111,27 @@ class DeviceLogicTest {
   }
 
   @Test
-  void aRetryWritesTheParkedListOnceNotOncePerMessage() {
-    // Review defect: every retry re-appended every parked message, one state call each.
+  void aRetryReadsEachSlotOnceAndWritesOnlyTheMessagesParkedAgain() {
+    // Review defect: every retry re-appended every parked message, one state call each. A
+    // retry reads the slots one at a time and rewrites in place only what it parks again.
     MemoryDeviceStore store = new MemoryDeviceStore();
     List<Message> many = new ArrayList<>();
     for (int i = 1; i <= 50; i++) {
       many.add(telemetry("m-" + i, i));
     }
     batch(policy, store, NOW, many.toArray(new Message[0]));
-    assertEquals(50, store.parkedAppends);
-    timer(policy, store, NOW + 5_000);
-    assertEquals(50, store.parkedAppends, "a retry appends nothing");
-    assertEquals(1, store.parkedWrites, "the kept messages are written with one call");
+    assertEquals(50, store.parkedWrites, "one write per message parked");
+    assertEquals(0, store.parkedReads);
+    timer(policy, store, NOW + 5_000); // all due: each parked again, in its own slot
+    assertEquals(50, store.parkedReads);
+    assertEquals(100, store.parkedWrites);
+    assertEquals(List.of(0L, 49L), List.of(store.parked.firstKey(), store.parked.lastKey()));
+    timer(policy, store, NOW + 6_000); // none due: read, nothing written
+    assertEquals(100, store.parkedReads);
+    assertEquals(100, store.parkedWrites, "nothing changed, nothing written");
+    assertEquals(0, store.parkedRemoves);
     assertEquals(50, store.parked.size());
+    assertEquals(0, store.parkedListReads, "the list of the layout before slots is never read");
   }
 
   @Test

@@ -5,17 +5,23 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.TreeSet;
 
 /** One device's state in memory, counting state calls (the Spark store makes the same calls). */
 final class MemoryDeviceStore implements DeviceStore {
   byte[] device;
-  List<byte[]> parked = new ArrayList<>();
+  /** The parked entries by slot. */
+  final TreeMap<Long, byte[]> parked = new TreeMap<>();
+  /** The parked list of the layout before slots. */
+  List<byte[]> parkedList = new ArrayList<>();
   final Map<Long, long[]> older = new HashMap<>();
   byte[] definitions;
   final TreeSet<Long> timers = new TreeSet<>();
+  int parkedReads;
   int parkedWrites;
-  int parkedAppends;
+  int parkedRemoves;
+  int parkedListReads;
 
   @Override
   public byte[] device() {
@@ -28,20 +34,32 @@ final class MemoryDeviceStore implements DeviceStore {
   }
 
   @Override
-  public Iterator<byte[]> parked() {
-    return new ArrayList<>(parked).iterator();
+  public byte[] parked(long slot) {
+    parkedReads++;
+    return parked.get(slot);
   }
 
   @Override
-  public void parked(List<byte[]> entries) {
+  public void park(long slot, byte[] entry) {
     parkedWrites++;
-    parked = new ArrayList<>(entries);
+    parked.put(slot, entry);
   }
 
   @Override
-  public void appendParked(byte[] entry) {
-    parkedAppends++;
-    parked.add(entry);
+  public void unpark(long slot) {
+    parkedRemoves++;
+    parked.remove(slot);
+  }
+
+  @Override
+  public Iterator<byte[]> parkedList() {
+    parkedListReads++;
+    return new ArrayList<>(parkedList).iterator();
+  }
+
+  @Override
+  public void clearParkedList() {
+    parkedList = new ArrayList<>();
   }
 
   @Override

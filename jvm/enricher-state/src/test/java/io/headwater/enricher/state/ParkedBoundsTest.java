@@ -42,7 +42,7 @@ class ParkedBoundsTest {
   }
 
   private static long parkedBytes(MemoryDeviceStore store) {
-    return store.parked.stream().mapToLong(e -> e.length).sum();
+    return store.parked.values().stream().mapToLong(e -> e.length).sum();
   }
 
   /** Each message id's terminal completions (enriched, dead-lettered, duplicate). */
@@ -94,7 +94,7 @@ class ParkedBoundsTest {
     Policy unbounded = policy("max_parked_bytes=" + Long.MAX_VALUE);
     batch(unbounded, store, NOW, large(1, 150));
     assertEquals(150, store.parked.size());
-    store.device = olderLayout(store.device);
+    inTheParkedList(store, BEFORE_PARKED_BYTES);
     assertEquals(0, DeviceValue.decode(store.device).parkedBytes, "older value: no bytes yet");
 
     Policy p = policy("max_parked_bytes=4000000");
@@ -106,8 +106,11 @@ class ParkedBoundsTest {
     assertTrue(deadLetters(drained).stream()
         .allMatch(d -> d.getReason().equals("PARKED_BYTES_LIMIT")));
     assertEquals("m-17", deadLetters(drained).get(0).getMessageId(), "the newest go");
+    assertEquals(1, store.parkedListReads);
+    assertTrue(store.parkedList.isEmpty(), "moved into slots");
     // The next retry has nothing over the limits left to drain.
     List<Row> next = timer(p, store, NOW + 20_000);
+    assertEquals(1, store.parkedListReads, "the list is read once");
     assertTrue(deadLetters(next).stream().allMatch(d -> d.getReason().equals("MASTER_DATA_MISSING")));
     assertEquals(16, deadLetters(next).size(), "the kept ones reached their last attempt");
     assertTrue(store.parked.isEmpty());
@@ -118,7 +121,8 @@ class ParkedBoundsTest {
     MemoryDeviceStore store = new MemoryDeviceStore();
     batch(policy(""), store, NOW, master(), telemetry("m-1", 1));
     DeviceValue now = DeviceValue.decode(store.device);
-    DeviceValue old = DeviceValue.decode(olderLayout(store.device));
+    DeviceValue old = DeviceValue.decode(
+        Arrays.copyOf(store.device, store.device.length - BEFORE_PARKED_BYTES));
     assertEquals(now.master, old.master);
     assertEquals(now.snapshot.count, old.snapshot.count);
     assertEquals(now.recent.size(), old.recent.size());
@@ -139,15 +143,49 @@ class ParkedBoundsTest {
     }
     int parked = store.parked.size();
     assertEquals(1_500, parked + dead);
-    long entry = store.parked.get(0).length;
+    long entry = store.parked.firstEntry().getValue().length;
     assertEquals(Policy.DEFAULT_MAX_PARKED_BYTES / entry, parked, "as many as fit");
     assertTrue(parkedBytes(store) <= Policy.DEFAULT_MAX_PARKED_BYTES);
     timer(p, store, NOW + 5_000);
     assertTrue(parkedBytes(store) <= Policy.DEFAULT_MAX_PARKED_BYTES);
   }
 
-  /** {@code value} as the operator before the parked-bytes field wrote it. */
-  private static byte[] olderLayout(byte[] value) {
-    return Arrays.copyOf(value, value.length - 8);
+  @Test
+  void theParkedListOfTheLayoutBeforeSlotsMovesIntoSlotsOnceInItsOrder() {
+    // A device value with the parked bytes but no slots, its entries in the one list.
+    MemoryDeviceStore store = new MemoryDeviceStore();
+    Policy p = policy("");
+    batch(p, store, NOW, telemetry("m-1", 1), telemetry("m-2", 2), telemetry("m-3", 3));
+    inTheParkedList(store, BEFORE_SLOTS);
+    assertTrue(DeviceValue.decode(store.device).parkedInList);
+    // A new message is parked behind them: the list moves first, in its order.
+    List<Row> more = batch(p, store, NOW + 1_000, telemetry("m-4", 4));
+    assertEquals(1, store.parkedListReads);
+    assertTrue(store.parkedList.isEmpty());
+    assertEquals(4, store.parked.size());
+    assertEquals(1, completions(more).size(), "moving puts out nothing of its own");
+    DeviceValue moved = DeviceValue.decode(store.device);
+    assertEquals(4, moved.parked);
+    assertEquals(parkedBytes(store), moved.parkedBytes);
+    assertTrue(!moved.parkedInList);
+    List<Row> released = batch(p, store, NOW + 2_000, master());
+    assertEquals(List.of("m-1", "m-2", "m-3", "m-4"),
+        events(released).stream().map(e -> e.getMessageId()).toList());
+    assertTrue(store.parked.isEmpty());
+    assertEquals(1, store.parkedListReads, "read once");
+  }
+
+  /** The trailing bytes of the device value each earlier layout lacks. */
+  private static final int BEFORE_SLOTS = 16;
+  private static final int BEFORE_PARKED_BYTES = 8 + BEFORE_SLOTS;
+
+  /**
+   * The store as an earlier operator kept it: the parked entries in one list, in slot order,
+   * and the device value without its last {@code missing} bytes.
+   */
+  private static void inTheParkedList(MemoryDeviceStore store, int missing) {
+    store.parkedList = new ArrayList<>(store.parked.values());
+    store.parked.clear();
+    store.device = Arrays.copyOf(store.device, store.device.length - missing);
   }
 }
