@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.mosquitto import MISSING, Mosquitto, installed
 
 __all__ = ["Mosquitto", "mosquitto"]
@@ -15,7 +16,7 @@ __all__ = ["Mosquitto", "mosquitto"]
 def mosquitto(tmp_path: Path):
     if installed() is None:
         pytest.fail(MISSING)
-    broker = Mosquitto(tmp_path / "mosquitto")
+    broker = Mosquitto(tmp_path / "mosquitto", free_port())
     broker.start()
     yield broker
     broker.stop()

@@ -66,7 +66,7 @@ async def _gateway(
 
 
 async def _mqtt(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) -> dict[str, Any]:
-    broker = Mosquitto(workdir / "mosquitto", max_queued=0, max_inflight=1000)
+    broker = Mosquitto(workdir / "mosquitto", free_port(), max_queued=0, max_inflight=1000)
     broker.start()
     try:
         connector = {

@@ -1,4 +1,4 @@
-"""A real Mosquitto (Debian's package) as the edge MQTT broker, on a free loopback port.
+"""A real Mosquitto (Debian's package) as the edge MQTT broker, on a loopback port.
 
 Each broker has its own config file and persistence folder, so a restart (``stop`` then
 ``start`` on the same port) keeps the sessions and their queued messages, as a broker
@@ -14,8 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from headwater_dev.devstack.ports import free_port
-
 MISSING = "mosquitto is not installed: apt-get install -y mosquitto (.ci/run does)"
 
 
@@ -26,18 +24,20 @@ def installed() -> str | None:
 
 
 class Mosquitto:
-    """One broker process; ``start``/``stop`` may be called again (a restart).
+    """One broker process on ``127.0.0.1:port``; ``start``/``stop`` may be called again (a restart).
 
     ``max_queued`` bounds the messages the broker queues per session (0: no bound);
     ``max_inflight`` the QoS 1 messages each client may have unacknowledged.
     """
 
-    def __init__(self, workdir: Path, max_queued: int = 100_000, max_inflight: int = 100) -> None:
+    def __init__(
+        self, workdir: Path, port: int, max_queued: int = 100_000, max_inflight: int = 100
+    ) -> None:
         binary = installed()
         if binary is None:
             raise RuntimeError(MISSING)
         self.binary = binary
-        self.port = free_port()
+        self.port = port
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "mosquitto.conf"
