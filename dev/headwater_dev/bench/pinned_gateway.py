@@ -9,13 +9,10 @@ values spooled and the spool's counters, ``delivered`` being what ingest acknowl
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ import yaml
 
 from headwater_dev.bench import server_proc
 from headwater_dev.devstack.ports import free_port
+from headwater_dev.edge.gateway_health import read_health
 
 
 def last_cpu() -> int:
@@ -77,14 +75,7 @@ class PinnedGateway:
 
     def health(self) -> dict[str, Any] | None:
         """The health report, or None while the process does not answer yet."""
-        url = f"http://127.0.0.1:{self.health_port}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return dict(json.load(answer))
-        except urllib.error.HTTPError as unhealthy:  # 503: a connector not connected yet
-            return dict(json.load(unhealthy))
-        except OSError:
-            return None
+        return read_health(self.health_port)
 
     async def wait_for(
         self, condition: Callable[[dict[str, Any]], bool], within_s: float, what: str
