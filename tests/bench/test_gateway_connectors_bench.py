@@ -49,6 +49,7 @@ def test_each_connector_reports_and_every_value_is_acked(kafka_bootstrap: str) -
             name
         )
         assert figures["lost"] == {}, name
+        assert figures["connector_errors"] == 0, name
         assert figures["acked_per_s"] > 0 and figures["seconds"] > 0, name
         assert figures["gateway_cpu_us_per_value"] >= 0, name
         # One gateway process on one core.

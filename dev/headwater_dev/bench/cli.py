@@ -149,14 +149,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ):
         connectors.add_argument(flag, type=_positive, default=default, help=text)
     connectors.add_argument(
+        "--opcua-rate",
+        type=_positive_float,
+        default=defaults.opcua_rate,
+        help="OPC UA data changes offered per second (in rounds over every item)",
+    )
+    connectors.add_argument(
         "--modbus-interval",
-        type=_seconds,
+        type=_positive_float,
         default=defaults.modbus_interval_s,
         help="seconds between Modbus polls",
     )
     connectors.add_argument(
         "--phase-timeout",
-        type=_seconds,
+        type=_positive_float,
         default=defaults.phase_timeout_s,
         help="at most this many seconds per phase once its load is offered",
     )
@@ -338,10 +344,10 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
 
 
@@ -354,6 +360,7 @@ def _gateway_connectors(args: argparse.Namespace) -> int:
         mqtt_values=args.mqtt_values,
         opcua_items=args.opcua_items,
         opcua_values=args.opcua_values,
+        opcua_rate=args.opcua_rate,
         modbus_registers=args.modbus_registers,
         modbus_polls=args.modbus_polls,
         modbus_interval_s=args.modbus_interval,

@@ -5,7 +5,8 @@ Each phase drives one gateway process (:class:`PinnedGateway`) with one connecto
 - MQTT: QoS 1 JSON messages (one value each) published to Mosquitto from this process,
   500 in flight, after a warm-up that proves the subscription and ingest are up;
 - OPC UA: rounds of writes to every monitored variable of asyncua's server (in this
-  process), after the items' initial values (the subscription's first data changes);
+  process), paced to an offered rate, after the items' initial values (the
+  subscription's first data changes);
 - Modbus: the gateway polls pymodbus's server; each poll's start is when its first read
   reached the device.
 
@@ -58,6 +59,8 @@ def _figures(
         "gateway_cpu_us_per_value": round(cpu_s * 1e6 / measured, 1),
         "gateway_cpu_share": round(cpu_s / seconds, 2),
         "gateway_cpus_allowed": gateway.cpus_allowed(),
+        # A reconnect in the phase shows here (and OPC UA marks the gap in the data).
+        "connector_errors": final["connectors"][connector]["errors_total"],
     }
 
 
@@ -98,9 +101,12 @@ async def mqtt(gateway: PinnedGateway, port: int, values: int, within_s: float) 
 
 
 async def opcua(
-    gateway: PinnedGateway, server: PressServer, values: int, within_s: float
+    gateway: PinnedGateway, server: PressServer, values: int, rate: float, within_s: float
 ) -> dict[str, Any]:
-    """Write ``values`` changes over the server's variables; the report once all are acked."""
+    """Write ``values`` changes to the server's variables; the report once all are acked.
+
+    Rounds of one change per variable, at most ``rate`` changes per second.
+    """
     items = len(server.variables)
     await gateway.wait_for(
         lambda r: delivered(r) >= items, READY_S, f"the {items} items' initial values acked"
@@ -109,10 +115,14 @@ async def opcua(
     started = time.perf_counter()
     written = 0
     while written < values:
+        round_started = time.perf_counter()
         for variable in server.variables[: values - written]:
             # Never a variable's initial 0.0: an unchanged value is no data change.
             await variable.write_value(float(written + 1))
             written += 1
+        # The server shares this loop: between rounds it answers the gateway's publish
+        # requests (writing without a pause starves it until the session times out).
+        await asyncio.sleep(max(0.0, round_started + items / rate - time.perf_counter()))
     written_s = time.perf_counter() - started
     total = items + values
     final = await gateway.wait_for(

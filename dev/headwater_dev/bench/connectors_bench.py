@@ -104,7 +104,7 @@ async def _opcua(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) 
         }
         async with _gateway(workdir / "gateway-opcua", target, connector, cpu) as gateway:
             return await connector_loads.opcua(
-                gateway, server, opts.opcua_values, opts.phase_timeout_s
+                gateway, server, opts.opcua_values, opts.opcua_rate, opts.phase_timeout_s
             )
     finally:
         await server.stop()
