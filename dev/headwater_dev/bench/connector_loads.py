@@ -170,6 +170,10 @@ async def modbus(
     figures.update(
         registers=registers,
         interval_s=interval_s,
+        # One start per poll whatever its blocks of reads: the polls spooled, and at most
+        # one more in flight when the last report was taken.
+        polls_seen_by_device=len(poll_starts_ms),
+        polls_spooled=read // registers,
         lateness=asdict(poll_lateness(timed, round(interval_s * 1000))),
     )
     return figures

@@ -35,10 +35,11 @@ class ModbusDevice:
         for i, word in enumerate(words):
             self._next[(table, address + i)] = int(word)
 
-    async def _act(self, function_code: int, start_address: int, _address: int, _count: int,
+    async def _act(self, function_code: int, start_address: int, request_address: int, _count: int,
                    current: list[int], _set_values: object) -> None:  # fmt: skip
         if self._on_request is not None:
-            self._on_request(function_code, start_address)
+            # start_address is where ``current`` begins (the table's start), not the request's.
+            self._on_request(function_code, request_address)
         table = _TABLES.get(function_code, "")
         bits = table in ("coil", "discrete")
         for (t, address), value in list(self._next.items()):
