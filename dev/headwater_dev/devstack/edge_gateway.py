@@ -88,6 +88,8 @@ class EdgeGateway:
             if mosquitto.installed()
             else None
         )
+        #: Connectors without their source here, and why.
+        self.left_out = {} if self.broker is not None else {"mqtt": mosquitto.MISSING}
         self.press = PressServer(free_port())
         self.meter = ModbusDevice(free_port())
         self._proc: subprocess.Popen[bytes] | None = None
@@ -179,9 +181,8 @@ class EdgeGateway:
         )
         await self.close()
         connectors = (report or {}).get("connectors", {})
-        left_out = {} if self.broker is not None else {"mqtt": mosquitto.MISSING}
         spooled = {name: int(c["values_total"]) for name, c in connectors.items()}
-        return EdgeFigures(spooled, left_out)
+        return EdgeFigures(spooled, self.left_out)
 
     async def close(self) -> None:
         """Stop whatever still runs, without draining (again: nothing)."""
