@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 
 from headwater.proto.events.v1 import completion_pb2
 from headwater_dev.devstack.progress import ProgressLine
+from headwater_dev.devstack.readback import IngestReadback
 from headwater_dev.devstack.stack import DevStackOptions
-from headwater_dev.devstack.summary import end_to_end, guarantees, render
+from headwater_dev.devstack.summary import (
+    EnrichedOutput,
+    connector_summary,
+    end_to_end,
+    guarantees,
+    render,
+)
 
 SUMMARY = {
     "duration_s": 60.0,
@@ -172,3 +180,34 @@ def test_the_warm_up_applies_only_when_it_leaves_half_the_run_measured():
     assert DevStackOptions(duration_s=40).latency_warmup_s == 20.0
     assert DevStackOptions(duration_s=39).latency_warmup_s == 0.0
     assert DevStackOptions(duration_s=10, warmup_s=0).latency_warmup_s == 0.0
+
+
+def test_connectors_stage_shows_each_connectors_device_spooled_in_kafka_and_enriched():
+    readback = IngestReadback(per_device=Counter({"acme-edge-press": 9, "acme-edge-meter": 6}))
+    enriched = EnrichedOutput(enriched_per_device=Counter({"acme-edge-press": 9}))
+    devices = {"mqtt": "acme-edge-mqtt", "opcua": "acme-edge-press", "modbus": "acme-edge-meter"}
+    connectors = connector_summary(
+        devices, {"opcua": 9, "modbus": 7}, {"mqtt": "mosquitto is not installed"}, readback,
+        enriched,
+    )  # fmt: skip
+    assert connectors["mqtt"] == {
+        "device_id": "acme-edge-mqtt",
+        "left_out": "mosquitto is not installed",
+    }
+    assert connectors["modbus"] == {
+        "device_id": "acme-edge-meter", "values_spooled": 7, "messages_in_kafka": 6, "enriched": 0,
+    }  # fmt: skip
+    table = render({**SUMMARY, "connectors": connectors})
+    stages = [ln.split()[0] for ln in table.splitlines() if ln[:1].isalpha() and "  " in ln]
+    assert stages.index("connectors") == stages.index("enricher") + 1
+    assert row(table, "opcua (acme-edge-press): spooled / in Kafka / ENRICHED")[-5:] == [
+        "9", "/", "9", "/", "9",
+    ]  # fmt: skip
+    assert "mqtt (acme-edge-mqtt)  " in table and "left out" in table
+    # Without the enricher there is no ENRICHED count to show.
+    ingest_only = connector_summary(devices, {"opcua": 9, "modbus": 7}, {}, readback, None)
+    assert ingest_only["opcua"]["enriched"] is None
+    table = render({**SUMMARY, "connectors": ingest_only})
+    assert row(table, "modbus (acme-edge-meter): spooled / in Kafka / ENRICHED")[-5:] == [
+        "7", "/", "6", "/", "-",
+    ]  # fmt: skip

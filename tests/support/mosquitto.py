@@ -1,80 +1,22 @@
-"""A real Mosquitto (Debian's package) as the edge MQTT broker, on a free loopback port.
-
-Each broker has its own config file and persistence folder, so a restart (``stop`` then
-``start`` on the same port) keeps the sessions and their queued messages, as a broker
-on a gateway host does. ``.ci/run`` installs the package when it is missing.
-"""
+"""The ``mosquitto`` fixture: a real Mosquitto per test (``headwater_dev.edge.mosquitto``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from headwater_dev.devstack.ports import free_port
+from headwater_dev.edge.mosquitto import MISSING, Mosquitto, installed
 
-
-class Mosquitto:
-    """One broker process; ``start``/``stop`` may be called again (a restart)."""
-
-    def __init__(self, workdir: Path, max_queued: int = 100_000) -> None:
-        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not Path(binary).exists():
-            pytest.fail("mosquitto is not installed: apt-get install -y mosquitto (.ci/run does)")
-        self.binary = binary
-        self.port = free_port()
-        self.workdir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.config = workdir / "mosquitto.conf"
-        self.config.write_text(
-            f"listener {self.port} 127.0.0.1\n"
-            "allow_anonymous true\n"
-            "persistence true\n"
-            f"persistence_location {workdir}/\n"
-            f"max_queued_messages {max_queued}\n"
-            "max_inflight_messages 100\n"
-            "log_dest stderr\n" + ("user root\n" if os.geteuid() == 0 else "")
-            # Run as root (CI's containers), it would switch to the user mosquitto, who
-            # cannot write its persistence file into the test's folder.
-        )
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._proc = subprocess.Popen(
-            [self.binary, "-c", str(self.config)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.workdir / "mosquitto.log", "ab"),  # noqa: SIM115
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            except OSError:
-                if self._proc.poll() is not None:
-                    raise RuntimeError(f"mosquitto exited: {self.log()[-2000:]}") from None
-                time.sleep(0.05)
-        raise RuntimeError("mosquitto did not listen within 15 s")
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()  # mosquitto writes its persistence file on SIGTERM
-            self._proc.wait(15)
-        self._proc = None
-
-    def log(self) -> str:
-        path = self.workdir / "mosquitto.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+__all__ = ["Mosquitto", "mosquitto"]
 
 
 @pytest.fixture
 def mosquitto(tmp_path: Path):
-    broker = Mosquitto(tmp_path / "mosquitto")
+    if installed() is None:
+        pytest.fail(MISSING)
+    broker = Mosquitto(tmp_path / "mosquitto", free_port())
     broker.start()
     yield broker
     broker.stop()

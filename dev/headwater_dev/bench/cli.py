@@ -14,6 +14,7 @@ from typing import Any
 
 from headwater.ingest.settings import PRODUCERS
 from headwater.runtime.signals import interrupt_on_stop
+from headwater_dev.bench.connectors_options import ConnectorsOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,6 +125,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gateway.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
     gateway.add_argument("--json", action="store_true", help="print the report as JSON")
     gateway.set_defaults(func=_gateway)
+    connectors = commands.add_parser(
+        "gateway-connectors",
+        help="each gateway connector from the edge to acknowledged by ingest, one core",
+        description=(
+            "Start the embedded broker (or use --bootstrap) and the ingest server, then one "
+            "`headwater gateway run` process per connector, pinned to one CPU (taskset), "
+            "against a real source on loopback: QoS 1 JSON messages through Mosquitto, data "
+            "changes of asyncua's server (every item written in rounds), pymodbus's server "
+            "polled. Prints values/s from the edge to acknowledged by ingest, the gateway's "
+            "CPU per value, the Modbus poll lateness p50/p99, whether every value was "
+            "acknowledged, and issue 39's targets met or missed. See docs/benchmarks.md."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    defaults = ConnectorsOptions()
+    for flag, default, text in (
+        ("--mqtt-values", defaults.mqtt_values, "MQTT messages (one value each) to publish"),
+        ("--opcua-items", defaults.opcua_items, "OPC UA monitored items"),
+        ("--opcua-values", defaults.opcua_values, "OPC UA data changes to write"),
+        ("--modbus-registers", defaults.modbus_registers, "Modbus holding registers per poll"),
+        ("--modbus-polls", defaults.modbus_polls, "Modbus polls to time"),
+    ):
+        connectors.add_argument(flag, type=_positive, default=default, help=text)
+    connectors.add_argument(
+        "--opcua-rate",
+        type=_positive_float,
+        default=defaults.opcua_rate,
+        help="OPC UA data changes offered per second (in rounds over every item)",
+    )
+    connectors.add_argument(
+        "--modbus-interval",
+        type=_positive_float,
+        default=defaults.modbus_interval_s,
+        help="seconds between Modbus polls",
+    )
+    connectors.add_argument(
+        "--phase-timeout",
+        type=_positive_float,
+        default=defaults.phase_timeout_s,
+        help="at most this many seconds per phase once its load is offered",
+    )
+    connectors.add_argument(
+        "--cpu", type=int, help="the gateway's CPU (default: the highest this process may use)"
+    )
+    connectors.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
+    connectors.add_argument(
+        "--json", action="store_true", help="also print the whole report as one JSON line, last"
+    )
+    connectors.set_defaults(func=_gateway_connectors)
     enricher = commands.add_parser(
         "enricher",
         help="the enricher's throughput and latency on local Spark, and its keyed-state floor",
@@ -284,6 +334,43 @@ def _gateway(args: argparse.Namespace) -> int:
     rows = [{"scenario": k, "msgs_per_s": v} for k, v in report["msgs_per_s"].items()]
     print(render(rows, [("scenario", "scenario"), ("msgs_per_s", "msgs/s")]))
     print(f"spooled / direct: {report['spooled_vs_direct']:.0%}")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive count")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def _gateway_connectors(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
+    from headwater_dev.bench.connectors_bench import run_connectors_benchmark
+    from headwater_dev.bench.connectors_report import print_report as print_connectors
+
+    opts = ConnectorsOptions(
+        mqtt_values=args.mqtt_values,
+        opcua_items=args.opcua_items,
+        opcua_values=args.opcua_values,
+        opcua_rate=args.opcua_rate,
+        modbus_registers=args.modbus_registers,
+        modbus_polls=args.modbus_polls,
+        modbus_interval_s=args.modbus_interval,
+        phase_timeout_s=args.phase_timeout,
+        cpu=args.cpu,
+    )
+    report = asyncio.run(run_connectors_benchmark(opts, args.bootstrap))
+    print_connectors(report)
+    if args.json:
+        print(json.dumps(report, separators=(",", ":")))
     return 0
 
 

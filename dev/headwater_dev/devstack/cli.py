@@ -67,6 +67,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compiles the query's code in them); none when --duration is under twice this",
     )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    run.add_argument(
+        "--connectors",
+        action="store_true",
+        help="also one device of each gateway connector (MQTT through Mosquitto when "
+        "installed, asyncua's OPC UA server, pymodbus's Modbus server) behind one "
+        "`headwater gateway run`; the summary shows each connector",
+    )
     _brokers_argument(run)
     run.add_argument(
         "--chaos",
@@ -326,6 +333,7 @@ def _run(args: argparse.Namespace) -> int:
         chaos=args.chaos,
         spark_workers=args.spark_workers,
         warmup_s=args.warmup,
+        connectors=args.connectors,
     )
     interrupt_on_stop()  # the run's finally blocks stop what it started
     try:

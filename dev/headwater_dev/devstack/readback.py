@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ class IngestReadback:
     found: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     records: int = 0
     received_at_ms: dict[str, int] = field(default_factory=dict)
+    #: Records per device id (the record's key).
+    per_device: Counter[str] = field(default_factory=Counter)
 
 
 def read_ingest(bootstrap_servers: str, topics: list[str]) -> IngestReadback:
@@ -40,6 +43,7 @@ def read_ingest(bootstrap_servers: str, topics: list[str]) -> IngestReadback:
     for topic in topics:
         for msg in read_topic(bootstrap_servers, topic):
             result.records += 1
+            result.per_device[(msg.key() or b"").decode(errors="replace")] += 1
             headers: dict[str, bytes] = dict(msg.headers() or [])  # type: ignore[arg-type]
             message_id = headers.get(rh.MESSAGE_ID, b"").decode()
             result.found.setdefault(message_id, (topic, msg.partition() or 0, msg.offset() or 0))

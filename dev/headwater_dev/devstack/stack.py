@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.runtime.logs import JsonFormatter
 from headwater.topics import INGEST_TOPICS
-from headwater_dev.devstack import seeding, status_file
+from headwater_dev.devstack import edge_gateway, seeding, status_file
 from headwater_dev.devstack.cluster import BrokerCluster, dev_kafka
 from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
@@ -43,7 +44,12 @@ from headwater_dev.devstack.processes import (
 from headwater_dev.devstack.progress import ProgressLine
 from headwater_dev.devstack.readback import missing_acks, read_ingest
 from headwater_dev.devstack.spark_cluster import SparkStandalone
-from headwater_dev.devstack.summary import build_summary, read_enriched, render
+from headwater_dev.devstack.summary import (
+    build_summary,
+    connector_summary,
+    read_enriched,
+    render,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,9 @@ class DevStackOptions:
     chaos: bool = False
     #: 0: the enricher in Spark's local mode; N: on a standalone cluster of N workers.
     spark_workers: int = 0
+    #: One device of each gateway connector (MQTT, OPC UA, Modbus) behind one
+    #: ``headwater gateway run`` (headwater_dev.devstack.edge_gateway).
+    connectors: bool = False
     #: Seconds of traffic at the start whose messages are left out of the end-to-end latency:
     #: Spark's JIT compiles the query's code in them (a cold JVM's first batches are slow).
     warmup_s: float = 20.0
@@ -77,12 +86,15 @@ class DevStackOptions:
         return self.warmup_s if self.duration_s >= 2 * self.warmup_s else 0.0
 
 
-def _tokens_yaml(fleet: list[SimGateway]) -> str:
-    return seeding.tokens_yaml(
+def _tokens_yaml(fleet: list[SimGateway], edge_token: str | None) -> str:
+    entries = [
         seeding.GatewayEntry(gw.gateway_id, gw.tenant, gw.token, (f"acme-{gw.gateway_id[3:]}-*",))
         for gw in fleet
         if gw.gateway_id != "gw-rogue"  # its token is unknown to the service on purpose
-    )
+    ]
+    if edge_token is not None:
+        entries.append(edge_gateway.gateway_entry(edge_token))
+    return seeding.tokens_yaml(entries)
 
 
 def _publish_master(bootstrap: str, fleet: list[SimGateway], late: bool) -> int:
@@ -140,7 +152,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
     workdir.mkdir(parents=True)
     rng = random.Random(opts.seed)
     fleet = build_fleet(opts.gateways, opts.devices_per_gateway, rng)
-    (workdir / "tokens.yaml").write_text(_tokens_yaml(fleet))
+    edge_token = uuid.uuid4().hex if opts.connectors else None
+    (workdir / "tokens.yaml").write_text(_tokens_yaml(fleet, edge_token))
     (workdir / "spools").mkdir()
     _log_gateways_to(workdir / "fleet.log")
     display = ProgressLine()
@@ -156,6 +169,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
         bootstrap = broker.bootstrap_servers
         create_topics(bootstrap, opts.brokers)
         _publish_master(bootstrap, fleet, late=False)
+        if opts.connectors:
+            seeding.publish_master(bootstrap, edge_gateway.master_records())
         ports = Ports(broker.port, free_port(), free_port(), free_port())
         # The checkpoint lives and dies with the temporary broker's data (removed when the
         # broker stops): its offsets mean nothing against any other broker.
@@ -166,6 +181,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
         if spark is not None:
             env |= spark.driver_env()
         target = f"127.0.0.1:{ports.grpc}"
+        edge = None
         try:
             ingest = start_ingest(env, workdir)
             procs.append(ingest)
@@ -189,6 +205,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 f"dev stack up: broker {bootstrap}, ingest {target}{on_spark}, "
                 f"metrics http://127.0.0.1:{ports.ingest_metrics}/metrics, logs in {workdir}"
             )
+            if edge_token is not None:
+                edge = edge_gateway.EdgeGateway(workdir, target, edge_token, opts.seed)
+                await edge.start()
             stats = FleetStats()
             started = time.monotonic()
             measured_from_ms = int((time.time() + opts.latency_warmup_s) * 1000)
@@ -227,6 +246,7 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 opts.seed,
             )
             elapsed = time.monotonic() - started
+            edge_figures = await edge.stop() if edge is not None else None
             fault = await chaos if chaos is not None else None
             await commanding
             late_master.cancel()
@@ -253,6 +273,14 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 opts.latency_warmup_s,
             )
             summary["kafka"] = {"brokers": opts.brokers, "fault": fault}
+            if edge_figures is not None:
+                summary["connectors"] = connector_summary(
+                    {name: device for name, (device, _) in edge_gateway.DEVICES.items()},
+                    edge_figures.spooled,
+                    edge_figures.left_out,
+                    readback,
+                    enriched,
+                )
             if enriched is not None:
                 summary["spark"] = {"master": spark.master_url if spark else "local[*]"}
             summary["commands"] = {
@@ -262,6 +290,8 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
             }
         finally:
             display.close()
+            if edge is not None:
+                await edge.close()
             for proc in procs:
                 stop_process(proc, timeout=30)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -29,6 +29,8 @@ class EnrichedOutput:
     dead_letters: Counter[str] = field(default_factory=Counter)
     retries: int = 0
     state_snapshots: int = 0
+    #: ENRICHED completions per device id.
+    enriched_per_device: Counter[str] = field(default_factory=Counter)
     #: Ingest receipt -> ENRICHED completion, of messages received after the warm-up: those
     #: enriched at once, and those parked first (their device's master data came late).
     end_to_end_ms: list[float] = field(default_factory=list)
@@ -56,6 +58,8 @@ def read_enriched(
         ] += 1
         if completion.outcome != completion_pb2.OUTCOME_RETRY_SCHEDULED:
             out.terminal_message_ids.add(completion.message_id)
+        if completion.outcome == completion_pb2.OUTCOME_ENRICHED:
+            out.enriched_per_device[completion.device_id] += 1
     out.end_to_end_ms, out.parked_end_to_end_ms = end_to_end(
         completions, received_at_ms, measured_from_ms
     )
@@ -223,6 +227,9 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
                 ("  - every replica in sync again after", f"{fault['in_sync_again_after_s']} s"),
             ]
         stages.append(("kafka", rows))
+    connectors = summary.get("connectors")
+    if connectors is not None:
+        stages.append(("connectors", _connector_rows(connectors)))
     commands = summary.get("commands")
     if commands is not None:
         rows = [("sent", str(commands["sent"]))]
@@ -234,6 +241,48 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
         for stage, rows in stages
         for i, (measure, value) in enumerate(rows)
     ]
+
+
+def connector_summary(
+    devices: dict[str, str],
+    spooled: dict[str, int],
+    left_out: dict[str, str],
+    readback: IngestReadback,
+    enriched: EnrichedOutput | None,
+) -> dict[str, Any]:
+    """Per connector (its device): values the gateway spooled, messages in Kafka, ENRICHED.
+
+    ``enriched`` None: the enricher did not run. A connector ``left_out`` carries why.
+    """
+    out: dict[str, Any] = {}
+    for name, device_id in devices.items():
+        if name in left_out:
+            out[name] = {"device_id": device_id, "left_out": left_out[name]}
+            continue
+        out[name] = {
+            "device_id": device_id,
+            "values_spooled": spooled.get(name, 0),
+            "messages_in_kafka": readback.per_device[device_id],
+            "enriched": None if enriched is None else enriched.enriched_per_device[device_id],
+        }
+    return out
+
+
+def _connector_rows(connectors: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per connector of the edge gateway: spooled / in Kafka / ENRICHED."""
+    rows = []
+    for name, c in connectors.items():
+        if "left_out" in c:
+            rows.append((f"{name} ({c['device_id']})", "left out (see the JSON summary)"))
+            continue
+        enriched = "-" if c["enriched"] is None else str(c["enriched"])
+        rows.append(
+            (
+                f"{name} ({c['device_id']}): spooled / in Kafka / ENRICHED",
+                f"{c['values_spooled']} / {c['messages_in_kafka']} / {enriched}",
+            )
+        )
+    return rows
 
 
 def _latency_rows(enricher: dict[str, Any]) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from tests.support.mosquitto import Mosquitto
 async def test_run_stops_cleanly_on_a_signal_it_inherited_ignored_and_blocked(
     tmp_path: Path, sig: int
 ) -> None:
-    broker = Mosquitto(tmp_path / "mosquitto")
+    broker = Mosquitto(tmp_path / "mosquitto", free_port())
     broker.start()
     connector = {
         "name": "edge-mqtt",

@@ -15,10 +15,10 @@ import pytest
 from headwater.gateway.app.config import load
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 from headwater_dev.devstack.ports import free_port
+from headwater_dev.edge.modbus_device import ModbusDevice
+from headwater_dev.edge.opcua_server import PressServer
 from tests.support.ingest import TOKENS
 
-from .modbus_device import ModbusDevice
-from .opcua_server import PressServer
 from .support import gateway_in_process, ingested, wait_until
 from .test_modbus import words
 from .test_mqtt import publish, subscribed

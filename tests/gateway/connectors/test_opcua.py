@@ -16,9 +16,9 @@ from typing import Any
 
 from headwater.gateway.connectors.opcua_json import BAD_NO_COMMUNICATION, CONTENT_TYPE
 from headwater_dev.devstack.ports import free_port
+from headwater_dev.edge.opcua_server import NS, PressServer
 from tests.commands.support import send, wait_for_states
 
-from .opcua_server import NS, PressServer
 from .support import gateway_in_process, ingested, wait_until, write_config
 
 #: A Bad status a device driver reports (BadSensorFailure, OPC 10000-4, 7.34.2).

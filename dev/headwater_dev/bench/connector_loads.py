@@ -1,0 +1,179 @@
+"""The load of each connector phase, from the edge to acknowledged by ingest.
+
+Each phase drives one gateway process (:class:`PinnedGateway`) with one connector:
+
+- MQTT: QoS 1 JSON messages (one value each) published to Mosquitto from this process,
+  500 in flight, after a warm-up that proves the subscription and ingest are up;
+- OPC UA: rounds of writes to every monitored variable of asyncua's server (in this
+  process), paced to an offered rate, after the items' initial values (the
+  subscription's first data changes);
+- Modbus: the gateway polls pymodbus's server; each poll's start is when its first read
+  reached the device.
+
+A phase's clock runs from the first value offered at the edge to the health report in
+which ingest has acknowledged (``delivered``) every one; the gateway's CPU is read from
+/proc over the same span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import asdict
+from typing import Any
+
+import aiomqtt
+
+from headwater_dev.bench.pinned_gateway import PinnedGateway, delivered, lost, spooled
+from headwater_dev.bench.poll_lateness import poll_lateness
+from headwater_dev.edge.opcua_server import PressServer
+
+MQTT_WARMUP = 200
+IN_FLIGHT = 500
+#: aiomqtt warns for every publish waiting on the in-flight window: a bench's normal state.
+_QUIET_PUBLISHER = logging.getLogger("headwater_dev.bench.mqtt_publisher")
+_QUIET_PUBLISHER.setLevel(logging.ERROR)
+#: Readiness (subscribed, first values acked) may take the ingest server's start-up.
+READY_S = 120.0
+
+
+def _figures(
+    gateway: PinnedGateway, connector: str, offered: int, measured: int, seconds: float,
+    cpu_s: float, final: dict[str, Any], per_message: int = 1,
+) -> dict[str, Any]:  # fmt: skip
+    """The figures every phase reports, from its last health report ``final``.
+
+    ``measured`` values took ``seconds`` and ``cpu_s``; ``offered`` values in all (the
+    warm-up included) went in at the edge.
+    """
+    return {
+        "values_offered": offered,
+        "values_spooled": spooled(final, connector),
+        "values_acked": delivered(final) * per_message,
+        "lost": lost(final),
+        "values_measured": measured,
+        "seconds": round(seconds, 2),
+        "acked_per_s": round(measured / seconds),
+        "gateway_cpu_us_per_value": round(cpu_s * 1e6 / measured, 1),
+        "gateway_cpu_share": round(cpu_s / seconds, 2),
+        "gateway_cpus_allowed": gateway.cpus_allowed(),
+        # A reconnect in the phase shows here (and OPC UA marks the gap in the data).
+        "connector_errors": final["connectors"][connector]["errors_total"],
+    }
+
+
+async def mqtt(gateway: PinnedGateway, port: int, values: int, within_s: float) -> dict[str, Any]:
+    """Publish ``values`` QoS 1 messages; the report once ingest acknowledged them all."""
+    await gateway.wait_for(
+        lambda _: "subscribed on the edge broker" in gateway.log(), READY_S, "MQTT subscribed"
+    )
+    payload = json.dumps({"temp_c": 21.5, "pad": "x" * 64}).encode()
+    client = aiomqtt.Client(
+        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=_QUIET_PUBLISHER
+    )
+    async with client as publisher:
+
+        async def publish(count: int) -> None:
+            for first in range(0, count, IN_FLIGHT):
+                await asyncio.gather(*(
+                    publisher.publish(f"bench/{i % 100:03d}", payload, qos=1)
+                    for i in range(first, min(count, first + IN_FLIGHT))
+                ))  # fmt: skip
+
+        await publish(MQTT_WARMUP)
+        await gateway.wait_for(lambda r: delivered(r) >= MQTT_WARMUP, READY_S, "warm-up acked")
+        cpu = gateway.cpu_seconds()
+        started = time.perf_counter()
+        await publish(values)
+        published_s = time.perf_counter() - started
+    total = MQTT_WARMUP + values
+    final = await gateway.wait_for(
+        lambda r: delivered(r) >= total, within_s, f"{values} MQTT values acked"
+    )
+    seconds = time.perf_counter() - started
+    cpu_s = gateway.cpu_seconds() - cpu
+    figures = _figures(gateway, "mqtt", total, values, seconds, cpu_s, final)
+    figures["warmup_values"] = MQTT_WARMUP
+    figures["offered_per_s"] = round(values / published_s)
+    return figures
+
+
+async def opcua(
+    gateway: PinnedGateway, server: PressServer, values: int, rate: float, within_s: float
+) -> dict[str, Any]:
+    """Write ``values`` changes to the server's variables; the report once all are acked.
+
+    Rounds of one change per variable, at most ``rate`` changes per second.
+    """
+    items = len(server.variables)
+    await gateway.wait_for(
+        lambda r: delivered(r) >= items, READY_S, f"the {items} items' initial values acked"
+    )
+    cpu = gateway.cpu_seconds()
+    started = time.perf_counter()
+    written = 0
+    while written < values:
+        round_started = time.perf_counter()
+        for variable in server.variables[: values - written]:
+            # Never a variable's initial 0.0: an unchanged value is no data change.
+            await variable.write_value(float(written + 1))
+            written += 1
+        # The server shares this loop: between rounds it answers the gateway's publish
+        # requests (writing without a pause starves it until the session times out).
+        await asyncio.sleep(max(0.0, round_started + items / rate - time.perf_counter()))
+    written_s = time.perf_counter() - started
+    total = items + values
+    final = await gateway.wait_for(
+        lambda r: delivered(r) >= total, within_s, f"{values} OPC UA data changes acked"
+    )
+    seconds = time.perf_counter() - started
+    cpu_s = gateway.cpu_seconds() - cpu
+    figures = _figures(gateway, "opcua", total, values, seconds, cpu_s, final)
+    figures["initial_values"] = items
+    figures["items"] = items
+    figures["offered_per_s"] = round(values / written_s)
+    return figures
+
+
+async def modbus(
+    gateway: PinnedGateway, poll_starts_ms: list[int], registers: int, polls: int,
+    interval_s: float, within_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Let the gateway poll ``polls`` times; lateness and the report once all are acked.
+
+    ``poll_starts_ms`` fills as the device sees each poll's first read.
+    """
+    await gateway.wait_for(lambda r: delivered(r) >= 1, READY_S, "the first Modbus poll acked")
+    first = len(poll_starts_ms)
+    cpu = gateway.cpu_seconds()
+    started = time.perf_counter()
+    final = await gateway.wait_for(
+        lambda r: len(poll_starts_ms) >= first + polls and delivered(r) >= first + polls,
+        within_s,
+        f"{polls} Modbus polls acked",
+    )
+    seconds = time.perf_counter() - started
+    cpu_s = gateway.cpu_seconds() - cpu
+    # Every poll spooled is acknowledged once the spool is empty (the health report
+    # counts values and deliveries in one snapshot).
+    final = await gateway.wait_for(
+        lambda r: r["spool"]["depth"] == 0 and delivered(r) * registers == spooled(r, "modbus"),
+        within_s,
+        "the Modbus polls spooled all acked",
+    )
+    # A poller offers what it reads: every value spooled.
+    read = spooled(final, "modbus")
+    figures = _figures(gateway, "modbus", read, polls * registers, seconds, cpu_s, final, registers)
+    timed = poll_starts_ms[first : first + polls]
+    figures.update(
+        registers=registers,
+        interval_s=interval_s,
+        # One start per poll whatever its blocks of reads: the polls spooled, and at most
+        # one more in flight when the last report was taken.
+        polls_seen_by_device=len(poll_starts_ms),
+        polls_spooled=read // registers,
+        lateness=asdict(poll_lateness(timed, round(interval_s * 1000))),
+    )
+    return figures
