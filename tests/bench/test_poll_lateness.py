@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headwater_dev.bench.poll_lateness import poll_lateness
+from headwater_dev.bench.connectors.poll_lateness import poll_lateness
 
 
 def test_on_schedule_polls_are_not_late() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from headwater.ingest.settings import PRODUCERS
 from headwater.runtime.signals import interrupt_on_stop
-from headwater_dev.bench.connectors_options import ConnectorsOptions
+from headwater_dev.bench.connectors.options import ConnectorsOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -353,8 +353,8 @@ def _positive_float(text: str) -> float:
 
 def _gateway_connectors(args: argparse.Namespace) -> int:
     interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
-    from headwater_dev.bench.connectors_bench import run_connectors_benchmark
-    from headwater_dev.bench.connectors_report import print_report as print_connectors
+    from headwater_dev.bench.connectors.report import print_report as print_connectors
+    from headwater_dev.bench.connectors.run import run_connectors_benchmark
 
     opts = ConnectorsOptions(
         mqtt_values=args.mqtt_values,

@@ -20,7 +20,7 @@ from headwater.gateway.app.config import parse
 from headwater.gateway.connectors import modbus_codec
 from headwater.gateway.connectors.modbus import DDATA
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
-from headwater_dev.bench.poll_lateness import poll_lateness
+from headwater_dev.bench.connectors.poll_lateness import poll_lateness
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.modbus_device import ModbusDevice
 from tests.commands.support import send, wait_for_states

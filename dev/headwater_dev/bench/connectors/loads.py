@@ -26,8 +26,8 @@ from typing import Any
 
 import aiomqtt
 
-from headwater_dev.bench.pinned_gateway import PinnedGateway, delivered, lost, spooled
-from headwater_dev.bench.poll_lateness import poll_lateness
+from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, delivered, lost, spooled
+from headwater_dev.bench.connectors.poll_lateness import poll_lateness
 from headwater_dev.edge.opcua_server import PressServer
 
 MQTT_WARMUP = 200

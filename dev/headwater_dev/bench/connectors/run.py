@@ -4,7 +4,7 @@ One run starts the embedded broker (or uses ``--bootstrap``) and the ingest serv
 own process (as the other benches do), then one phase per connector, each with its own
 ``headwater gateway run`` process pinned to one CPU (:mod:`pinned_gateway`) and its own
 source on loopback (:mod:`headwater_dev.edge`): Mosquitto, asyncua's server, pymodbus's
-server. The loads are in :mod:`connector_loads`, the targets in :mod:`connectors_report`.
+server. The loads are in :mod:`loads`, the targets in :mod:`report`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Any
 
 from headwater.kafka.admin import ensure_topics
 from headwater.topics import INGEST_TOPICS, TopicSpec
-from headwater_dev.bench import connector_loads, server_proc
-from headwater_dev.bench.connectors_options import ConnectorsOptions
-from headwater_dev.bench.connectors_report import targets
-from headwater_dev.bench.pinned_gateway import PinnedGateway, last_cpu
+from headwater_dev.bench import server_proc
+from headwater_dev.bench.connectors import loads
+from headwater_dev.bench.connectors.options import ConnectorsOptions
+from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, last_cpu
+from headwater_dev.bench.connectors.report import targets
 from headwater_dev.bench.report import machine
 from headwater_dev.devstack.broker import EmbeddedBroker
 from headwater_dev.devstack.ports import free_port
@@ -78,9 +79,7 @@ async def _mqtt(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) -
             ],
         }
         async with _gateway(workdir / "gateway-mqtt", target, connector, cpu) as gateway:
-            return await connector_loads.mqtt(
-                gateway, broker.port, opts.mqtt_values, opts.phase_timeout_s
-            )
+            return await loads.mqtt(gateway, broker.port, opts.mqtt_values, opts.phase_timeout_s)
     finally:
         broker.stop()
 
@@ -103,7 +102,7 @@ async def _opcua(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) 
             ],
         }
         async with _gateway(workdir / "gateway-opcua", target, connector, cpu) as gateway:
-            return await connector_loads.opcua(
+            return await loads.opcua(
                 gateway, server, opts.opcua_values, opts.opcua_rate, opts.phase_timeout_s
             )
     finally:
@@ -134,7 +133,7 @@ async def _modbus(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int)
         }
         async with _gateway(workdir / "gateway-modbus", target, connector, cpu) as gateway:
             polls_s = opts.modbus_polls * opts.modbus_interval_s
-            return await connector_loads.modbus(
+            return await loads.modbus(
                 gateway, poll_starts_ms, opts.modbus_registers, opts.modbus_polls,
                 opts.modbus_interval_s, polls_s + opts.phase_timeout_s,
             )  # fmt: skip
