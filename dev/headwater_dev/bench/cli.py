@@ -212,16 +212,13 @@ def _grpc(grpc: dict[str, Any]) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """Print the report as tables."""
-    m = report["machine_at_start"]
+    from headwater_dev.bench.report import cpu_cell, machine_line
+
     print(
-        f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, Python "
-        f"{m['python']}; load average {m['loadavg']} at start, "
-        f"{report['machine_at_end']['loadavg']} at end; broker: {report['broker']}; "
-        f"server writer: {report['options']['writer']}; gRPC {_grpc(report['grpc'])}"
+        f"{machine_line(report)}; server writer: {report['options']['writer']}; "
+        f"gRPC {_grpc(report['grpc'])}"
     )
     if report["results"]:
-        from headwater_dev.bench.report import cpu_cell
-
         results = [{**r, "cpu": cpu_cell(r.get("cpu_us_per_msg"))} for r in report["results"]]
         print()
         print(

@@ -294,3 +294,13 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def machine_line(report: dict[str, Any]) -> str:
+    """The report's first line: the machine, the load at start and end, and the broker."""
+    m = report["machine_at_start"]
+    return (
+        f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, Python "
+        f"{m['python']}; load average {m['loadavg']} at start, "
+        f"{report['machine_at_end']['loadavg']} at end; broker: {report['broker']}"
+    )

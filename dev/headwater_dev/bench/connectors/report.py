@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from headwater_dev.bench.cli import render
+from headwater_dev.bench.report import machine_line
 
 MQTT_VALUES_PER_S = 10_000
 OPCUA_CHANGES_PER_S = 5_000
@@ -82,13 +83,7 @@ def targets(connectors: dict[str, Any], opts: Any) -> list[dict[str, Any]]:
 
 def print_report(report: dict[str, Any]) -> None:
     """Print the run as a phase table and the targets table."""
-    m = report["machine_at_start"]
-    print(
-        f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, Python "
-        f"{m['python']}; load average {m['loadavg']} at start, "
-        f"{report['machine_at_end']['loadavg']} at end; broker: {report['broker']}; "
-        f"gateway pinned to CPU {report['options']['cpu']}"
-    )
+    print(f"{machine_line(report)}; gateway pinned to CPU {report['options']['cpu']}")
     rows = [{"connector": NAMES[k], **v} for k, v in report["connectors"].items()]
     print()
     print(
