@@ -261,4 +261,19 @@ def _poll(consumer: Any) -> list[Any]:
     if first is None:
         return []
     batch = [first, *consumer.consume(_BATCH - 1, 0)]
+    for m in batch:
+        if m.error():
+            from confluent_kafka import KafkaError
+
+            if m.error().code() == KafkaError._AUTO_OFFSET_RESET:  # auto.offset.reset=error
+                raise OffsetOutOfRange(m.topic(), m.partition())
+    # Other errors are informational here (a broker away): the client retries by itself.
     return [m for m in batch if not m.error()]
+
+
+class OffsetOutOfRange(Exception):
+    """A consumer with ``auto.offset.reset=error`` found its position missing from the log."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"{topic}[{partition}]: offset out of range")
+        self.topic, self.partition = topic, partition
