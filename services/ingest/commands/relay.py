@@ -72,7 +72,12 @@ class ReportsOffsetLostError(HeadwaterError):
         self, group: str, topic: str, partition: int, committed: int, low: int, high: int
     ) -> None:
         self.group, self.topic, self.partition = group, topic, partition
-        where = f"past the log end {high}" if committed > high else f"before the log start {low}"
+        if committed > high:
+            where = f"past the log end {high}"
+        elif committed < low:
+            where = f"before the log start {low}"
+        else:  # the read position left the log (say a recreated topic), not yet the commit
+            where = f"in the log ({low}..{high}) but the relay's read position is not"
         super().__init__(
             f"command relay group {group!r}, {topic}[{partition}]: the committed offset "
             f"{committed} is {where} (retention deleted reports not yet relayed, or the topic "
