@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``chaos`` command group."""
     group = subparsers.add_parser(
         "chaos",
-        help="fail a broker or a Spark executor of the dev stack on purpose (dry run unless "
-        "--execute)",
+        help="fail a broker or a Spark executor of the dev stack or of a staging Kubernetes "
+        "namespace on purpose (dry run unless --execute)",
         description=(
             "Provoke a broker fault on the background dev stack (`headwater devstack up "
             "--brokers 3`): the stack's supervisor starts a lost node again, as Kubernetes "
