@@ -41,7 +41,7 @@ from headwater.proto.commands.v1.command_status_pb2 import CommandState, Command
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 
 from .book import CommandBook
-from .feed import CLIENT_ROLE, CommandFeed, OffsetOutOfRange, _poll, close_soon
+from .feed import CLIENT_ROLE, CommandFeed, OffsetOutOfRangeError, _poll, close_soon
 
 log = logging.getLogger(__name__)
 #: Batches written and not yet acked, at most; then the relay waits for the oldest.
@@ -140,7 +140,7 @@ class StatusRelay:
         consumer = Consumer(
             self._kafka.consumer_config(CLIENT_ROLE, self._group)
             # "error", never a reset the client picks: a committed offset that left the log
-            # surfaces from the poll (OffsetOutOfRange); a new group's start is chosen in
+            # surfaces from the poll (OffsetOutOfRangeError); a new group's start is chosen in
             # _start_points.
             | {"auto.offset.reset": "error"}
             | self._membership
@@ -155,7 +155,7 @@ class StatusRelay:
             while True:
                 try:
                     batch = await asyncio.to_thread(_poll, consumer)
-                except OffsetOutOfRange as lost:
+                except OffsetOutOfRangeError as lost:
                     raise await self._lost(consumer, lost) from None
                 if batch:
                     if len(pending) >= _MAX_PENDING_BATCHES:
@@ -169,7 +169,7 @@ class StatusRelay:
                 acked.cancel()
             await close_soon(consumer)
 
-    async def _lost(self, consumer: Any, lost: OffsetOutOfRange) -> ReportsOffsetLostError:
+    async def _lost(self, consumer: Any, lost: OffsetOutOfRangeError) -> ReportsOffsetLostError:
         """The error naming the group's committed offset and what the log holds now."""
         from confluent_kafka import TopicPartition
 
@@ -276,7 +276,7 @@ def _start_points(consumer: Any, partitions: list[Any]) -> None:
 
     The one start the relay chooses by itself: a new group relays every report there is.
     A committed offset is kept as it is, even one the log no longer holds (the poll then
-    fails with OffsetOutOfRange instead of the client jumping).
+    fails with OffsetOutOfRangeError instead of the client jumping).
     """
     from confluent_kafka import OFFSET_BEGINNING, KafkaException
 
