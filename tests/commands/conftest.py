@@ -106,8 +106,11 @@ async def start_command_ingest(command_topics, tokens_file):
     group = f"relay-{uuid.uuid4().hex[:8]}"
 
     async def start(ingest=None, **overrides):
-        """``ingest``: IngestSettings fields to change; the rest: CommandSettings'."""
-        if not started:
+        """``ingest``: IngestSettings fields to change; the rest: CommandSettings'.
+
+        A ``relay_group`` given is used as it is (its offsets are the test's business).
+        """
+        if not started and "relay_group" not in overrides:
             # The reports topic is shared by every test (it is an endpoint's, unprefixed):
             # this test's relay starts after the reports of the tests before it.
             await asyncio.to_thread(
@@ -124,10 +127,12 @@ async def start_command_ingest(command_topics, tokens_file):
             }
         )
         commands = CommandSettings(
-            topic_prefix=command_topics.prefix,
-            relay_group=group,
-            expiry_check_seconds=0.2,
-            **overrides,
+            **{
+                "topic_prefix": command_topics.prefix,
+                "relay_group": group,
+                "expiry_check_seconds": 0.2,
+                **overrides,
+            }
         )
         server = IngestServer(
             settings, telemetry=create_telemetry("test-ingest"), commands=commands

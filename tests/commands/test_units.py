@@ -6,11 +6,13 @@ import asyncio
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from headwater import record_headers as rh
 from headwater.commands import model
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
 from headwater.ingest.commands.book import CommandBook
-from headwater.ingest.commands.relay import StatusRelay
+from headwater.ingest.commands.relay import ReportsOffsetLostError, StatusRelay
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
@@ -263,3 +265,19 @@ def test_an_empty_bootstrap_variable_means_the_default_broker(monkeypatch):
     monkeypatch.setenv("HEADWATER_KAFKA_BOOTSTRAP_SERVERS", "")
     args = build_parser().parse_args(["command", "status", "c-1"])
     assert kafka_from_args(args).bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS
+
+
+@pytest.mark.parametrize(
+    ("committed", "says"),
+    [
+        (3, "the committed offset 3 is before the log start 10"),
+        (50, "the committed offset 50 is past the log end 20"),
+        (12, "the committed offset 12 is in the log (10..20) but the relay's read position"),
+    ],
+)
+def test_a_lost_relay_offset_is_one_line_with_the_remedy(committed, says):
+    error = ReportsOffsetLostError("relay", "ingest.command-status.v1", 1, committed, 10, 20)
+    message = str(error)
+    assert message.startswith(f"command relay group 'relay', ingest.command-status.v1[1]: {says}")
+    assert "headwater offsets reset --group relay --topic ingest.command-status.v1" in message
+    assert "\n" not in message and not error.retriable

@@ -1,5 +1,6 @@
 """The installed chart changed and disturbed: ``helm upgrade`` (ingest rolls), ``helm
-rollback``, the ingest pod deleted under load, an executor pod deleted mid-stream, and
+rollback``, the ingest pod deleted under load, an executor pod deleted mid-stream (by
+``headwater chaos kill-executor``, whose dry run and production refusal are checked first), and
 ``helm uninstall`` leaving only what docs/deploy.md says it keeps. Each disturbance comes
 while a gateway on the host publishes; every acknowledged message must get a terminal
 completion (0 acknowledged lost, 0 without a completion).
@@ -8,11 +9,15 @@ completion (0 acknowledged lost, 0 without a completion).
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from scripts.cluster.cluster import wait_for
 from tests.k8s.live import Publisher, pods, running, wait_completed
@@ -20,6 +25,7 @@ from tests.k8s.release import CHECKPOINT_CLAIM, EXECUTORS, NAMESPACE, RELEASE, I
 from tests.support.chart import CHART
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(2400)]
+HEADWATER = str(Path(sys.executable).parent / "headwater")
 
 
 def _ingest_pods(installed: Install) -> list[dict[str, Any]]:
@@ -81,11 +87,76 @@ def test_deleting_the_ingest_pod_under_load_loses_nothing(installed: Install, tm
     _delivered_and_completed(installed, publisher, 200)
 
 
+def _chaos(
+    installed: Install, *args: str, kubeconfig: Path | None = None, fault: str = "kill-executor"
+) -> subprocess.CompletedProcess[str]:
+    """``headwater chaos FAULT`` on the release, through the cluster's kubeconfig."""
+    return subprocess.run(
+        [
+            *(HEADWATER, "chaos", fault, "--namespace", NAMESPACE, "--release", RELEASE),
+            *("--kubeconfig", str(kubeconfig or installed.cluster.kubeconfig), *args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _executor_uids(installed: Install) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in pods(installed.cluster, NAMESPACE, EXECUTORS)
+    }
+
+
+def test_chaos_dry_run_deletes_nothing_and_production_is_refused(
+    installed: Install, tmp_path: Path
+):
+    before = _executor_uids(installed)
+    first = min(p["metadata"]["name"] for p in pods(installed.cluster, NAMESPACE, EXECUTORS)
+                if running(p))  # fmt: skip
+    dry = _chaos(installed)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"dry run, would do: delete Spark executor pod {first} in {NAMESPACE}" in dry.stdout
+    assert "nothing done: add --execute" in dry.stdout
+    # No Strimzi here (the tests' Kafka is outside the cluster): no broker pod to delete.
+    brokers = _chaos(installed, "--execute", fault="kill-broker")
+    assert brokers.returncode == 2, brokers.stdout + brokers.stderr
+    assert brokers.stdout.startswith(
+        f"no running Strimzi broker pod in namespace {NAMESPACE!r} (label selector "
+        "strimzi.io/cluster=headwater,strimzi.io/kind=Kafka,strimzi.io/broker-role=true)"
+    )
+
+    # The namespace labelled production: refused in one line, even with --execute.
+    labelled = "headwater.dev/environment"
+    installed.cluster.kubectl("label", "namespace", NAMESPACE, f"{labelled}=production")
+    try:
+        refused = _chaos(installed, "--execute")
+    finally:
+        installed.cluster.kubectl("label", "namespace", NAMESPACE, f"{labelled}-")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stdout == (
+        f"refused: namespace {NAMESPACE!r} is labelled {labelled}=production; chaos is for dev "
+        "and staging (--i-know-this-is-production to act anyway)\n"
+    )
+    # A kube context named as production: refused whatever the namespace says.
+    config = yaml.safe_load(installed.cluster.kubeconfig.read_text())
+    config["contexts"][0]["name"] = config["current-context"] = "eu-prod-1"
+    prod = tmp_path / "prod.kubeconfig"
+    prod.write_text(yaml.safe_dump(config))
+    by_context = _chaos(installed, "--execute", kubeconfig=prod)
+    assert by_context.returncode == 2, by_context.stdout + by_context.stderr
+    assert by_context.stdout.startswith("refused: the kube context 'eu-prod-1' is named as prod")
+    assert _executor_uids(installed) == before  # nothing was deleted
+
+
 def test_deleting_an_executor_mid_stream_loses_nothing(installed: Install, tmp_path: Path):
-    victims = {p["metadata"]["name"] for p in pods(installed.cluster, NAMESPACE, EXECUTORS)}
     publisher = _start_publishing(installed, tmp_path / "spool.db", 200)
-    for name in victims:
-        installed.cluster.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=false")
+    killed = _chaos(installed, "--execute")
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    (victim,) = re.findall(r"^deleted Spark executor pod (\S+) \(uid", killed.stdout, re.M)
+    victims = {victim}
+    assert "watch:" in killed.stdout and "spark-role=executor" in killed.stdout
     wait_for(
         "Spark asks for a new executor",
         lambda: any(

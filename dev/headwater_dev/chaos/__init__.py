@@ -1,1 +1,1 @@
-"""``headwater chaos``: fail parts of a dev stack on purpose, to see the guarantees hold."""
+"""``headwater chaos``: fail parts of a dev stack or a staging cluster on purpose."""

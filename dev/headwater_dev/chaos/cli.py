@@ -1,9 +1,11 @@
 """``headwater chaos``: provoke the faults production sees, on a dev stack, on purpose.
 
 Dev and staging only. Dry run by default: each command prints what it would do and what
-to watch; ``--execute`` does it. Today it acts on the background dev stack
-(``headwater devstack up --brokers 3``, ``--spark-workers 2`` for executors);
-docs/operations.md has the runbook of each fault.
+to watch; ``--execute`` does it. It acts on the background dev stack (``headwater devstack
+up --brokers 3``, ``--spark-workers 2`` for executors; devstack.py), or, given
+``--namespace``, on Kubernetes: ``kill-broker`` and ``kill-executor`` delete one Strimzi
+broker pod or one Spark executor pod (kube.py), and refuse a production namespace or
+context (production.py). docs/operations.md has the runbook of each fault.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from headwater_dev.chaos.devstack import Node
+    from headwater_dev.chaos.kube import Role
     from headwater_dev.devstack.status_file import StackState
 
 
@@ -23,14 +26,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``chaos`` command group."""
     group = subparsers.add_parser(
         "chaos",
-        help="fail a broker or a Spark executor of the dev stack on purpose (dry run unless "
-        "--execute)",
+        help="fail a broker or a Spark executor of the dev stack or of a staging Kubernetes "
+        "namespace on purpose (dry run unless --execute)",
         description=(
             "Provoke a broker fault on the background dev stack (`headwater devstack up "
             "--brokers 3`): the stack's supervisor starts a lost node again, as Kubernetes "
             "restarts a broker pod; or lose a Spark executor (`up --spark-workers 2`). "
-            "Without --execute nothing is done: the plan and what to watch are printed. "
-            "Exits 2 when the stack has nothing of the kind to act on."
+            "With --namespace, kill-broker and kill-executor delete one Strimzi broker pod "
+            "or one Spark executor pod on Kubernetes instead, and refuse a namespace or "
+            "kube context marked as production. Without --execute nothing is done: the plan "
+            "and what to watch are printed. Exits 2 when there is nothing of the kind to act "
+            "on, or the target is refused."
         ),
     )
     commands = group.add_subparsers(dest="chaos_command", required=True, metavar="COMMAND")
@@ -93,6 +99,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--workdir", type=Path, default=Path(".devstack"), help="the dev stack's folder"
         )
         command.add_argument("--execute", action="store_true", help="do it (default: dry run)")
+    _add_kubernetes_options(executor)
+    _add_kubernetes_options(kill).add_argument(
+        "--kafka-cluster",
+        default="headwater",
+        help="on Kubernetes: the Strimzi Kafka resource's name (default headwater, as "
+        "k8s/kafka.yaml)",
+    )
+
+
+def _add_kubernetes_options(command: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Add the options that point a command at Kubernetes; return their group."""
+    from headwater_dev.chaos.production import OVERRIDE_FLAG, PRODUCTION_LABELS
+
+    kube = command.add_argument_group(
+        "Kubernetes", "given --namespace, delete one pod there instead of acting on the dev stack"
+    )
+    kube.add_argument("--namespace", help="the release's namespace (acts on Kubernetes)")
+    kube.add_argument("--kube-context", help="kubeconfig context (default: the current one)")
+    kube.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    kube.add_argument("--release", default="headwater", help="Helm release (default headwater)")
+    kube.add_argument("--pod", help="the pod (default: the last broker, the first executor)")
+    kube.add_argument(
+        "--grace-seconds",
+        type=int,
+        help="deletion grace period (default: the pod's own; 0: killed at once, a lost node)",
+    )
+    kube.add_argument(
+        OVERRIDE_FLAG,
+        dest="production_ok",
+        action="store_true",
+        help="act on production anyway: a namespace labelled "
+        f"{', '.join(PRODUCTION_LABELS)} = production or prod, or a context or cluster whose "
+        "name has the word prod or production",
+    )
+    return kube
 
 
 def _nodes(args: argparse.Namespace) -> tuple[StackState, list[Node]]:
@@ -120,6 +161,13 @@ def _announce(args: argparse.Namespace, doing: str, hints: list[str]) -> bool:
 def _kill(args: argparse.Namespace) -> int:
     from headwater_dev.chaos.devstack import pick, signal_node, watch_hints
 
+    if _on_kubernetes(args):
+        if args.leader_of:
+            print("--leader-of works on the dev stack only; on Kubernetes name a pod with --pod")
+            return 2
+        from headwater_dev.chaos.kube import broker_role
+
+        return _delete_pod(args, broker_role(args.namespace, args.kafka_cluster, args.release))
     state, nodes = _nodes(args)
     node = pick(nodes, state.bootstrap_servers, args.leader_of)
     why = f", leader of {args.leader_of}[0]" if args.leader_of else ""
@@ -182,6 +230,13 @@ def _kill_executor(args: argparse.Namespace) -> int:
 
     from headwater_dev.chaos.devstack import ChaosError, spark_executors
 
+    if _on_kubernetes(args):
+        if args.worker:
+            print("--worker works on the dev stack only; on Kubernetes name a pod with --pod")
+            return 2
+        from headwater_dev.chaos.kube import executor_role
+
+        return _delete_pod(args, executor_role(args.namespace, args.release))
     try:
         state, executors = spark_executors(args.workdir)
         worker = args.worker or next((n for n, pids in executors.items() if pids), 0)
@@ -205,4 +260,40 @@ def _kill_executor(args: argparse.Namespace) -> int:
     if _announce(args, doing, hints):
         os.kill(pid, signal.SIGKILL)
         print(f"killed executor pid {pid}; worker {worker} launches another within seconds")
+    return 0
+
+
+def _on_kubernetes(args: argparse.Namespace) -> bool:
+    """True with --namespace; exit 2 for a Kubernetes option given without it."""
+    if args.namespace:
+        return True
+    if args.kube_context or args.kubeconfig or args.pod:
+        print("--kube-context, --kubeconfig and --pod act on Kubernetes: give --namespace too")
+        raise SystemExit(2)
+    return False
+
+
+def _delete_pod(args: argparse.Namespace, role: Role) -> int:
+    """Delete one pod of ``role`` in ``--namespace``, unless that is production (exit 2)."""
+    from headwater_dev.chaos.devstack import ChaosError
+    from headwater_dev.chaos.kube import Kube, choose
+    from headwater_dev.chaos.production import production_refusal, refusal_line
+
+    try:
+        kube = Kube.connect(args.namespace, args.kube_context, args.kubeconfig)
+        refusal = production_refusal(
+            kube.context, kube.cluster, args.namespace, kube.namespace_labels()
+        )
+        if refusal and not args.production_ok:
+            print(refusal_line(refusal))
+            return 2
+        pod = choose(role, kube.running(role), args.pod, args.namespace)
+    except ChaosError as exc:
+        print(exc)
+        return 2
+    grace = "" if args.grace_seconds is None else f", grace {args.grace_seconds}s"
+    doing = f"delete {role.what} {pod} in {args.namespace} (context {kube.context}{grace})"
+    if _announce(args, doing, list(role.watch)):
+        uid = kube.delete(pod, args.grace_seconds)
+        print(f"deleted {role.what} {pod} (uid {uid})")
     return 0

@@ -19,6 +19,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from headwater.errors import HeadwaterError
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_pb2 import Command
 from headwater.proto.commands.v1.command_status_pb2 import CommandStatus
@@ -261,4 +262,23 @@ def _poll(consumer: Any) -> list[Any]:
     if first is None:
         return []
     batch = [first, *consumer.consume(_BATCH - 1, 0)]
+    for m in batch:
+        if m.error():
+            from confluent_kafka import KafkaError
+
+            if m.error().code() == KafkaError._AUTO_OFFSET_RESET:  # auto.offset.reset=error
+                raise OffsetOutOfRangeError(m.topic(), m.partition())
+    # Other errors are informational here (a broker away): the client retries by itself.
     return [m for m in batch if not m.error()]
+
+
+class OffsetOutOfRangeError(HeadwaterError):
+    """A consumer with ``auto.offset.reset=error`` found its position missing from the log.
+
+    Raised to its caller, which knows the group and says what to do (the relay's
+    ReportsOffsetLostError).
+    """
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"{topic}[{partition}]: offset out of range")
+        self.topic, self.partition = topic, partition

@@ -15,6 +15,11 @@ one the book knows. Anything else is dropped with a warning and counted.
 A report can reach this replica's relay before its command reaches this replica's book
 (another replica delivered it; the feed here is a moment behind): before a report is
 dropped as unknown, the relay waits for the book to read the commands written so far.
+
+Offsets are never reset by the client: a partition the group never committed starts at
+the log's beginning (every report is relayed), and a committed offset that is no longer in
+the log (retention deleted reports the group had not relayed, or the topic was recreated)
+stops the relay with ReportsOffsetLostError, which says how to choose a start point.
 """
 
 from __future__ import annotations
@@ -29,13 +34,14 @@ from google.protobuf.message import DecodeError
 from headwater import record_headers as rh
 from headwater.commands import model
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
+from headwater.errors import HeadwaterError
 from headwater.ingest.writers.protocol import RecordWriter
 from headwater.kafka.settings import KafkaSettings
 from headwater.proto.commands.v1.command_status_pb2 import CommandState, CommandStatus
 from headwater.proto.device.v1.device_message_pb2 import DeviceMessage
 
 from .book import CommandBook
-from .feed import CLIENT_ROLE, CommandFeed, _poll, close_soon
+from .feed import CLIENT_ROLE, CommandFeed, OffsetOutOfRangeError, _poll, close_soon
 
 log = logging.getLogger(__name__)
 #: Batches written and not yet acked, at most; then the relay waits for the oldest.
@@ -53,6 +59,35 @@ _GATEWAY_STATES = frozenset(
         CommandState.COMMAND_STATE_EXPIRED,
     }
 )
+
+
+class ReportsOffsetLostError(HeadwaterError):
+    """The relay group's committed offset is no longer in the reports log; a person decides.
+
+    Not retriable: started again, the relay would find the same offset missing. Its message
+    is the one line an operator needs (what was lost, and the commands that move on).
+    """
+
+    def __init__(
+        self, group: str, topic: str, partition: int, committed: int, low: int, high: int
+    ) -> None:
+        self.group, self.topic, self.partition = group, topic, partition
+        if committed > high:
+            where = f"past the log end {high}"
+        elif committed < low:
+            where = f"before the log start {low}"
+        else:  # the read position left the log (say a recreated topic), not yet the commit
+            where = f"in the log ({low}..{high}) but the relay's read position is not"
+        super().__init__(
+            f"command relay group {group!r}, {topic}[{partition}]: the committed offset "
+            f"{committed} is {where} (retention deleted reports not yet relayed, or the topic "
+            "was recreated); the relay never skips reports by itself and has stopped on this "
+            "replica (ingest keeps serving). Outcomes in the gap may be missing from "
+            "command-status.v1. With every replica's relay stopped, look "
+            f"(headwater offsets show --group {group}), set a start point "
+            f"(headwater offsets reset --group {group} --topic {topic} --to earliest "
+            "--execute; see --help), then restart the ingest replicas"
+        )
 
 
 class StatusRelay:
@@ -104,10 +139,13 @@ class StatusRelay:
 
         consumer = Consumer(
             self._kafka.consumer_config(CLIENT_ROLE, self._group)
-            | {"auto.offset.reset": "earliest"}
+            # "error", never a reset the client picks: a committed offset that left the log
+            # surfaces from the poll (OffsetOutOfRangeError); a new group's start is chosen in
+            # _start_points.
+            | {"auto.offset.reset": "error"}
             | self._membership
         )
-        consumer.subscribe([self._reports_topic])
+        consumer.subscribe([self._reports_topic], on_assign=_start_points)
         #: Batches written, oldest first: (all acked, next offsets to commit).
         pending: deque[tuple[asyncio.Future[Any], dict[tuple[str, int], int]]] = deque()
         try:
@@ -115,7 +153,10 @@ class StatusRelay:
             # a command it has not read yet would look unknown.
             await self._feed.caught_up.wait()
             while True:
-                batch = await asyncio.to_thread(_poll, consumer)
+                try:
+                    batch = await asyncio.to_thread(_poll, consumer)
+                except OffsetOutOfRangeError as lost:
+                    raise await self._lost(consumer, lost) from None
                 if batch:
                     if len(pending) >= _MAX_PENDING_BATCHES:
                         await pending[0][0]  # the broker is behind: do not run away from it
@@ -127,6 +168,20 @@ class StatusRelay:
                     acked.exception()  # retrieved: the run's error is the one raised
                 acked.cancel()
             await close_soon(consumer)
+
+    async def _lost(self, consumer: Any, lost: OffsetOutOfRangeError) -> ReportsOffsetLostError:
+        """The error naming the group's committed offset and what the log holds now."""
+        from confluent_kafka import TopicPartition
+
+        tp = TopicPartition(lost.topic, lost.partition)
+
+        def look() -> tuple[int, int, int]:
+            (committed,) = consumer.committed([tp], timeout=10)
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            return committed.offset, low, high
+
+        committed, low, high = await asyncio.to_thread(look)
+        return ReportsOffsetLostError(self._group, lost.topic, lost.partition, committed, low, high)
 
     async def _relay(
         self, batch: list[Any]
@@ -214,3 +269,21 @@ class StatusRelay:
             },
         )
         self._on_relayed(None, reason)
+
+
+def _start_points(consumer: Any, partitions: list[Any]) -> None:
+    """Assign ``partitions`` at the group's committed offsets; never committed: the beginning.
+
+    The one start the relay chooses by itself: a new group relays every report there is.
+    A committed offset is kept as it is, even one the log no longer holds (the poll then
+    fails with OffsetOutOfRangeError instead of the client jumping).
+    """
+    from confluent_kafka import OFFSET_BEGINNING, KafkaException
+
+    committed = consumer.committed(partitions, timeout=10)
+    for tp in committed:
+        if tp.error is not None:  # unknown is not "never committed": raised, run again
+            raise KafkaException(tp.error)
+        if tp.offset < 0:  # OFFSET_INVALID: nothing committed
+            tp.offset = OFFSET_BEGINNING
+    consumer.assign(committed)

@@ -39,7 +39,7 @@ from .feed import CommandFeed
 from .leases import Lease
 from .metrics import CommandMetrics
 from .owners import OwnerBook
-from .relay import StatusRelay
+from .relay import ReportsOffsetLostError, StatusRelay
 from .settings import CommandSettings
 
 log = logging.getLogger(__name__)
@@ -320,7 +320,8 @@ async def _again(run: Callable[[], Awaitable[None]], name: str) -> None:
     """Run ``run`` again after a failure: a new consumer resumes from the committed offsets.
 
     The relay commits only what it wrote, so a failure (the producer not connected yet, a
-    broker outage) means the uncommitted reports are read again, not lost.
+    broker outage) means the uncommitted reports are read again, not lost. A lost committed
+    offset is not retried: a person chooses the start point (ReportsOffsetLostError).
     """
     delay = 0.5
     while True:
@@ -328,6 +329,11 @@ async def _again(run: Callable[[], Awaitable[None]], name: str) -> None:
             await run()
         except asyncio.CancelledError:
             raise
+        except ReportsOffsetLostError as exc:
+            # Started again it would fail again, and a warning every few seconds would
+            # bury the one thing to do: one error line with it, and the part stays stopped.
+            log.error("command %s stopped: %s", name, exc, extra={"part": name})
+            return
         except Exception as exc:
             log.warning(
                 "command %s failed; starting it again",
