@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
 import grpc
 import pytest
 
-from headwater.commands import CommandSender
 from headwater.commands.history import read_histories
 from headwater.endpoints import COMMAND_STATUS_CONTENT_TYPE
 from headwater.ingest.commands.relay import StatusRelay
@@ -20,6 +20,7 @@ from headwater.proto.ingest.v1 import command_messages_pb2 as api
 from headwater.proto.ingest.v1 import ingest_messages_pb2, ingest_service_pb2_grpc
 
 from .conftest import bearer
+from .support import send
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,11 +82,6 @@ class RawStream:
         self.call.cancel()
         self.reader.cancel()
         await self.channel.close()
-
-
-def send(topics, device="acme-001", tenant="acme", **kw):
-    with CommandSender(topics.kafka, ["*"], topic_prefix=topics.prefix) as sender:
-        return sender.send(tenant, device, kw.pop("name", "set-setpoint"), **kw).command
 
 
 async def test_online_gateway_gets_its_command_and_the_ack_ends_delivery(
@@ -521,6 +517,70 @@ async def test_relay_commits_acked_batches_only_and_in_order(kafka_bootstrap, to
     await asyncio.sleep(0.5)
     assert await asyncio.to_thread(committed_once, lambda now: now is not None) == [9, 3]
     await asyncio.to_thread(consumer.close)
+
+
+async def test_commands_deleted_under_a_lagging_feed_are_reported_and_it_reads_on(
+    command_topics, caplog
+):
+    # Seed 003: a consumer never resets its offsets by itself. The feed's default would
+    # have been the log's end (every command still in the log skipped, silently); it
+    # reports what retention took and goes on from what is left.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from headwater.ingest.commands.book import CommandBook
+    from headwater.ingest.commands.feed import CommandFeed
+
+    book = CommandBook()
+    feed = CommandFeed(
+        command_topics.kafka,
+        book,
+        command_topics.commands,
+        command_topics.status,
+        command_topics.owners,
+    )
+    caplog.set_level(logging.WARNING, logger="headwater.ingest.commands")
+    task = asyncio.create_task(feed.run())
+    try:
+        await asyncio.wait_for(feed.caught_up.wait(), 30)
+        partitions = [
+            TopicPartition(command_topics.commands, p)
+            for p in feed._consumer.list_topics(command_topics.commands, timeout=10)
+            .topics[command_topics.commands]
+            .partitions
+        ]
+        feed._consumer.pause(partitions)  # the replica falls behind
+        sent = [
+            await asyncio.to_thread(send, command_topics, device="acme-001", command_id=f"d{i}")
+            for i in range(3)
+        ]
+        ends = {
+            tp.partition: feed._consumer.get_watermark_offsets(tp, 10, cached=False)[1]
+            for tp in partitions
+        }
+        (partition,) = [p for p, end in ends.items() if end >= 3]  # one device: one partition
+        admin = AdminClient({"bootstrap.servers": command_topics.kafka.bootstrap_servers})
+        trim = TopicPartition(command_topics.commands, partition, ends[partition] - 1)
+        for future in admin.delete_records([trim]).values():  # retention takes the first two
+            future.result(timeout=30)
+        feed._consumer.resume(partitions)
+
+        kept = (sent[2].tenant, sent[2].device_id, sent[2].command_id)
+        deadline = time.monotonic() + 30
+        while not book.known(kept):
+            assert not task.done(), task.exception()
+            assert time.monotonic() < deadline, "the feed did not read on after the deletion"
+            await asyncio.sleep(0.1)
+        assert not any(book.known((c.tenant, c.device_id, c.command_id)) for c in sent[:2])
+        (line,) = [r for r in caplog.records if "were deleted (retention)" in r.getMessage()]
+        where = f"{command_topics.commands}[{partition}]: records before offset"
+        assert f"{where} {ends[partition] - 1} were deleted" in line.getMessage()
+        later = await asyncio.to_thread(send, command_topics, device="acme-001", command_id="d3")
+        assert await feed.read_commands_to_end()
+        assert book.known((later.tenant, later.device_id, later.command_id))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_feed_reads_the_commands_written_so_far_when_asked(command_topics):

@@ -74,6 +74,10 @@ class CommandFeed:
         consumer = Consumer(
             self._kafka.consumer_config(CLIENT_ROLE, f"{CLIENT_ROLE}-{uuid.uuid4().hex[:8]}")
             | {"enable.partition.eof": False}
+            # Never a jump the client picks (its default is the log's end: every command
+            # still there skipped, silently): a position retention deleted is reported and
+            # the book goes on from the log's start (_read_on_after_deleted).
+            | {"auto.offset.reset": "error"}
         )
         try:
             ends = await self._assign(consumer)
@@ -81,7 +85,11 @@ class CommandFeed:
             if not ends:
                 self.caught_up.set()
             while True:
-                batch = await asyncio.to_thread(_poll, consumer)
+                try:
+                    batch = await asyncio.to_thread(_poll, consumer)
+                except OffsetOutOfRangeError as gone:
+                    await asyncio.to_thread(self._read_on_after_deleted, consumer, gone, ends)
+                    continue
                 for msg in batch:
                     self._take(msg)
                     if msg.topic() == self._commands_topic:
@@ -134,6 +142,40 @@ class CommandFeed:
             except TimeoutError:
                 return False
         return True
+
+    def _read_on_after_deleted(
+        self, consumer: Any, gone: OffsetOutOfRangeError, ends: dict[tuple[str, int], int]
+    ) -> None:
+        """Go on from the log's start after records were deleted before this feed read them.
+
+        The feed fell further behind than the topic's retention (a replica stalled, or
+        retention is short): what was deleted is gone for every reader, so the book can only
+        go on from what is left, and says so once, loudly.
+        """
+        from confluent_kafka import TopicPartition
+
+        tp = TopicPartition(gone.topic, gone.partition)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        log.warning(
+            "%s[%d]: records before offset %d were deleted (retention) before this replica "
+            "read them; the commands, reports or leases in them are not in its book. It "
+            "reads on from there. Keep the command topics' retention.ms longer than a "
+            "replica can fall behind",
+            gone.topic,
+            gone.partition,
+            low,
+            extra={"topic": gone.topic, "partition": gone.partition, "offset": low},
+        )
+        # Assigned again at the start (a seek is refused in the partition's error state).
+        consumer.incremental_unassign([tp])
+        consumer.incremental_assign([TopicPartition(gone.topic, gone.partition, low)])
+        if gone.topic == self._commands_topic:
+            self._next[gone.partition] = low
+        end = ends.get((gone.topic, gone.partition))
+        if end is not None and low >= end:  # what it had to read to catch up is gone
+            del ends[(gone.topic, gone.partition)]
+            if not ends:
+                self.caught_up.set()
 
     async def _assign(self, consumer: Any) -> dict[tuple[str, int], int]:
         """Assign every partition of the three topics from the start; return the non-empty ends.
@@ -275,8 +317,8 @@ def _poll(consumer: Any) -> list[Any]:
 class OffsetOutOfRangeError(HeadwaterError):
     """A consumer with ``auto.offset.reset=error`` found its position missing from the log.
 
-    Raised to its caller, which knows the group and says what to do (the relay's
-    ReportsOffsetLostError).
+    Raised to its caller, which decides: the relay stops (ReportsOffsetLostError: a person
+    chooses where its group goes on); the feed reads on from the log's start.
     """
 
     def __init__(self, topic: str, partition: int) -> None:
