@@ -118,21 +118,24 @@ async def test_two_gateways_one_device_each_command_runs_once_and_fails_over(
             proc.wait(10)
     everything = sorted(runs(logs["gw-a"]) + runs(logs["gw-a2"]))
     counts = Counter(command_id for _, command_id in everything)
-    assert set(counts) == set(ids)
-    assert [i for i, n in counts.items() if n != 1] == []  # each run exactly once
+    interrupted = [i for i in ids if histories[i].states[-1] == "FAILED"]
+    assert all(histories[i].current.reason.startswith("INTERRUPTED") for i in interrupted)
+    assert len(interrupted) <= 1
+    # Each ran exactly once, but for the one the kill interrupted: the spool marks a
+    # command started before its handler runs, so a kill between the two leaves it reported
+    # INTERRUPTED ("may have run") without a run (seen on a slowed machine, `make test-slow`).
+    assert [i for i, n in counts.items() if n != 1] == []
+    assert set(ids) - set(counts) <= set(interrupted)
     # Order: the runs of the owner before the kill, then the other's, in the order sent;
     # only what the killed owner held in its spool ran later, after its restart.
     late = [i for at, i in runs(logs[owner]) if at >= restarted_at]
     in_time = [i for _, i in everything if i not in late]
-    assert in_time == [i for i in ids if i not in late]
+    assert in_time == [i for i in ids if i not in late and i in counts]
     # Who ran each command is what `headwater command status` says received it.
     ran_by = {i: gw for gw in SECOND for _, i in runs(logs[gw])}
-    assert all(histories[i].current.gateway_id == ran_by[i] for i in ids)
+    assert all(histories[i].current.gateway_id == ran_by[i] for i in counts)
     first_after = min(at for at, _ in runs(logs[other]))
     failover_s = first_after - killed_at
-    interrupted = [i for i in ids if histories[i].states[-1] == "FAILED"]
-    assert all(histories[i].current.reason.startswith("INTERRUPTED") for i in interrupted)
-    assert len(interrupted) <= 1
     print(
         f"\none owner: {COMMANDS} commands, owner {owner} killed after "
         f"{len(runs(logs[owner])) - len(late)} runs; failover {failover_s:.2f} s "
