@@ -519,6 +519,15 @@ async def test_relay_commits_acked_batches_only_and_in_order(kafka_bootstrap, to
     await asyncio.to_thread(consumer.close)
 
 
+def book_and_feed(topics):
+    """A command book and the feed that fills it from ``topics`` (not started)."""
+    from headwater.ingest.commands.book import CommandBook
+    from headwater.ingest.commands.feed import CommandFeed
+
+    book = CommandBook()
+    return book, CommandFeed(topics.kafka, book, topics.commands, topics.status, topics.owners)
+
+
 async def test_commands_deleted_under_a_lagging_feed_are_reported_and_it_reads_on(
     command_topics, caplog
 ):
@@ -528,17 +537,7 @@ async def test_commands_deleted_under_a_lagging_feed_are_reported_and_it_reads_o
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from headwater.ingest.commands.book import CommandBook
-    from headwater.ingest.commands.feed import CommandFeed
-
-    book = CommandBook()
-    feed = CommandFeed(
-        command_topics.kafka,
-        book,
-        command_topics.commands,
-        command_topics.status,
-        command_topics.owners,
-    )
+    book, feed = book_and_feed(command_topics)
     caplog.set_level(logging.WARNING, logger="headwater.ingest.commands")
     task = asyncio.create_task(feed.run())
     try:
@@ -587,17 +586,7 @@ async def test_the_feed_reads_the_commands_written_so_far_when_asked(command_top
     # What the relay relies on before dropping a report as unknown: once
     # read_commands_to_end returns True, every command written before the call is in the
     # book (without it the book lags behind the broker by a poll or more).
-    from headwater.ingest.commands.book import CommandBook
-    from headwater.ingest.commands.feed import CommandFeed
-
-    book = CommandBook()
-    feed = CommandFeed(
-        command_topics.kafka,
-        book,
-        command_topics.commands,
-        command_topics.status,
-        command_topics.owners,
-    )
+    book, feed = book_and_feed(command_topics)
     task = asyncio.create_task(feed.run())
     try:
         await asyncio.wait_for(feed.caught_up.wait(), 30)
