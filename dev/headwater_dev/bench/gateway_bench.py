@@ -27,15 +27,11 @@ import grpc
 from headwater.gateway.client import DeliveryReport, GatewayClient, GatewayConfig
 from headwater.gateway.spool import NewMessage, Spool
 from headwater.ids import uuid7
-from headwater.kafka.admin import ensure_topics
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
-from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater.wire import length_field, varint_field
 from headwater_dev.bench import server_proc
 from headwater_dev.bench.report import machine
-from headwater_dev.devstack.broker import EmbeddedBroker
-from headwater_dev.devstack.ports import free_port
 
 CT = "application/vnd.acme.telemetry.v1+json"
 WINDOW = 4
@@ -136,13 +132,7 @@ async def run_gateway_benchmark(
         "machine_at_start": machine(),
         "options": {"messages": messages, "payload": payload, "frame": frame},
     }
-    broker = None if bootstrap else EmbeddedBroker().start()
-    servers = bootstrap or (broker.bootstrap_servers if broker else "")
-    port = free_port()
-    ingest = server_proc.start(servers, port)
-    try:
-        ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
-        target = f"127.0.0.1:{port}"
+    with server_proc.serving(bootstrap) as (target, _):
         readings = _readings(messages, payload)
         deadline = time.monotonic() + 30
         while True:  # the server is up once a small direct run passes
@@ -170,11 +160,6 @@ async def run_gateway_benchmark(
                     rates[name] = await asyncio.to_thread(
                         _enqueue_rate, directory, readings, sync, batch
                     )
-    finally:
-        ingest.terminate()
-        ingest.wait(30)
-        if broker is not None:
-            broker.stop()
     report["msgs_per_s"] = {k: round(v) for k, v in rates.items()}
     report["spooled_vs_direct"] = round(
         rates["spooled, FULL, enqueue in batches"] / rates["direct (no spool)"], 3

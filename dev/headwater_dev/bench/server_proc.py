@@ -13,7 +13,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from headwater.ingest import event_loop
 from headwater.ingest.settings import PRODUCERS, IngestSettings
@@ -50,6 +50,32 @@ def start(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+@contextlib.contextmanager
+def serving(bootstrap: str | None) -> Iterator[tuple[str, str]]:
+    """Serve ingest on a broker for a benchmark; both stopped after.
+
+    The broker is embedded unless ``bootstrap`` is given; the ingest topics are made, and the
+    ingest server runs in a process of its own. Yields (its target, "given" or "embedded").
+    """
+    from headwater.kafka.admin import ensure_topics
+    from headwater.topics import INGEST_TOPICS, TopicSpec
+    from headwater_dev.devstack.broker import EmbeddedBroker
+    from headwater_dev.devstack.ports import free_port
+
+    broker = None if bootstrap else EmbeddedBroker().start()
+    servers = bootstrap or (broker.bootstrap_servers if broker else "")
+    port = free_port()
+    ingest = start(servers, port)
+    try:
+        ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
+        yield f"127.0.0.1:{port}", "given" if bootstrap else "embedded"
+    finally:
+        ingest.terminate()
+        ingest.wait(30)
+        if broker is not None:
+            broker.stop()
 
 
 def status_mb(pid: int, name: str) -> float:

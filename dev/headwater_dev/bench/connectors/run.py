@@ -14,20 +14,17 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from headwater.kafka.admin import ensure_topics
-from headwater.topics import INGEST_TOPICS, TopicSpec
 from headwater_dev.bench import server_proc
 from headwater_dev.bench.connectors import loads
 from headwater_dev.bench.connectors.options import ConnectorsOptions
 from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, last_cpu
 from headwater_dev.bench.connectors.report import targets
 from headwater_dev.bench.report import machine
-from headwater_dev.devstack.broker import EmbeddedBroker
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.modbus_device import ModbusDevice
 from headwater_dev.edge.mosquitto import Mosquitto
@@ -35,23 +32,6 @@ from headwater_dev.edge.opcua_server import NS, PressServer
 
 #: Modbus function code 3 (read holding registers): a poll begins with the read at 0.
 READ_HOLDING = 3
-
-
-@contextlib.contextmanager
-def _ingest(bootstrap: str | None) -> Iterator[tuple[str, str]]:
-    """The broker (embedded unless given) and the ingest server: (target, broker name)."""
-    broker = None if bootstrap else EmbeddedBroker().start()
-    servers = bootstrap or (broker.bootstrap_servers if broker else "")
-    port = free_port()
-    ingest = server_proc.start(servers, port)
-    try:
-        ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
-        yield f"127.0.0.1:{port}", "given" if bootstrap else "embedded"
-    finally:
-        ingest.terminate()
-        ingest.wait(30)
-        if broker is not None:
-            broker.stop()
 
 
 @contextlib.asynccontextmanager
@@ -148,7 +128,7 @@ async def run_connectors_benchmark(
     cpu = last_cpu() if opts.cpu is None else opts.cpu
     report: dict[str, Any] = {"machine_at_start": machine(), "options": asdict(opts)}
     report["options"]["cpu"] = cpu
-    with _ingest(bootstrap) as (target, broker), tempfile.TemporaryDirectory() as tmp:
+    with server_proc.serving(bootstrap) as (target, broker), tempfile.TemporaryDirectory() as tmp:
         report["broker"] = broker
         workdir = Path(tmp)
         report["connectors"] = {
