@@ -64,6 +64,28 @@ def _figures(
     }
 
 
+async def _when_acked(
+    gateway: PinnedGateway,
+    connector: str,
+    total: int,
+    measured: int,
+    since: tuple[float, float],
+    within_s: float,
+) -> dict[str, Any]:
+    """Wait until ingest acknowledged ``total`` values; the phase's figures from ``since``.
+
+    ``since``: the phase's start (``perf_counter``) and the gateway's CPU seconds then.
+    """
+    final = await gateway.wait_for(
+        lambda r: delivered(r) >= total, within_s, f"{total} {connector} values acked"
+    )
+    started, cpu = since
+    seconds = time.perf_counter() - started
+    return _figures(
+        gateway, connector, total, measured, seconds, gateway.cpu_seconds() - cpu, final
+    )
+
+
 async def mqtt(gateway: PinnedGateway, port: int, values: int, within_s: float) -> dict[str, Any]:
     """Publish ``values`` QoS 1 messages; the report once ingest acknowledged them all."""
     await gateway.wait_for(
@@ -88,13 +110,9 @@ async def mqtt(gateway: PinnedGateway, port: int, values: int, within_s: float) 
         started = time.perf_counter()
         await publish(values)
         published_s = time.perf_counter() - started
-    total = MQTT_WARMUP + values
-    final = await gateway.wait_for(
-        lambda r: delivered(r) >= total, within_s, f"{values} MQTT values acked"
+    figures = await _when_acked(
+        gateway, "mqtt", MQTT_WARMUP + values, values, (started, cpu), within_s
     )
-    seconds = time.perf_counter() - started
-    cpu_s = gateway.cpu_seconds() - cpu
-    figures = _figures(gateway, "mqtt", total, values, seconds, cpu_s, final)
     figures["warmup_values"] = MQTT_WARMUP
     figures["offered_per_s"] = round(values / published_s)
     return figures
@@ -124,13 +142,7 @@ async def opcua(
         # requests (writing without a pause starves it until the session times out).
         await asyncio.sleep(max(0.0, round_started + items / rate - time.perf_counter()))
     written_s = time.perf_counter() - started
-    total = items + values
-    final = await gateway.wait_for(
-        lambda r: delivered(r) >= total, within_s, f"{values} OPC UA data changes acked"
-    )
-    seconds = time.perf_counter() - started
-    cpu_s = gateway.cpu_seconds() - cpu
-    figures = _figures(gateway, "opcua", total, values, seconds, cpu_s, final)
+    figures = await _when_acked(gateway, "opcua", items + values, values, (started, cpu), within_s)
     figures["initial_values"] = items
     figures["items"] = items
     figures["offered_per_s"] = round(values / written_s)
