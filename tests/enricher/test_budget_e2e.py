@@ -2,15 +2,17 @@
 
 A Globex message whose unit is ``m**9**9**9`` (an exponent tower the units library would
 evaluate forever), a Sparkplug B birth of exactly the ingest contract's payload limit
-(256 KiB, ~12,000 metrics: over the metric cap) and a birth of 4,500 metrics each with a
-different valid unit (seconds of the units library's CPU, issue 35) go through a running
-enricher. Each must become a dead letter with its own reason, and the messages other devices
-sent right after them must be completed in the same micro-batch or the next.
+(256 KiB, ~12,000 metrics: over the metric cap) and four births of 4,500 metrics each with a
+different valid unit (seconds of the units library's CPU each; issue 35's four) go through a
+running enricher. Each must become a dead letter with its own reason, and the messages other
+devices sent right after them must be completed in the same micro-batch or the next.
+``HEADWATER_TEST_UNITS_SCALE=10`` sends ten times as many births (issue 35's 10x target).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -42,6 +44,8 @@ SPARKPLUG_BIRTH = "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DB
 #: The ingest contract's largest payload (services/ingest/settings.py).
 CONTRACT_MAX_PAYLOAD_BYTES = 262_144
 OTHERS = 20
+#: Births of new units (four held every device for 24.8 s in issue 35).
+UNIT_BIRTHS = 4 * int(os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1"))
 
 
 def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -106,7 +110,8 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     kafka_bootstrap: str, running, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
-    devices = ["dev-tower", "dev-spb", "dev-units", *(f"dev-{i}" for i in range(OTHERS))]
+    births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
+    devices = ["dev-tower", "dev-spb", *births, *(f"dev-{i}" for i in range(OTHERS))]
     for d in devices:
         master(kafka_bootstrap, topics, d)
     # The enricher runs, warm (its Python workers have normalized a message), before the
@@ -122,7 +127,10 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     poison = [
         Msg("p-tower", "dev-tower", GLOBEX, tower, 1),
         Msg("p-sparkplug", "dev-spb", SPARKPLUG_BIRTH, spb_payload, 1),
-        Msg("p-units", "dev-units", SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1), 1),
+        *(
+            Msg(f"p-{d}", d, SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1 + b), 1)
+            for b, d in enumerate(births)
+        ),
     ]
     after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
     sent = time.monotonic()
@@ -132,12 +140,13 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     wanted = {m.message_id for m in poison + after}
     reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
     print(
-        f"poison and {OTHERS} others: all completed {time.monotonic() - sent:.1f} s after sending"
+        f"poison ({UNIT_BIRTHS} births of new units) and {OTHERS} others: all completed "
+        f"{time.monotonic() - sent:.1f} s after sending"
     )
     by_id = {c.message_id: c for c in completions(reader.records)}
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
     assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
-    assert outcome(by_id["p-units"]) == "OUTCOME_DEAD_LETTERED"
+    assert all(outcome(by_id[f"p-{d}"]) == "OUTCOME_DEAD_LETTERED" for d in births)
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
     # Within a micro-batch or two of the poison: the batches that read any of them.
     used = _batches_reading(q, topics.ingest[0], first, last)
@@ -157,6 +166,7 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     assert (
         f"over the cap of {Budget().sparkplug_max_metrics}" in letters["p-sparkplug"].error_message
     )
-    assert letters["p-units"].reason == "NORMALIZE_BUDGET"
-    assert "(unit conversions included)" in letters["p-units"].error_message
+    for d in births:
+        assert letters[f"p-{d}"].reason == "NORMALIZE_BUDGET"
+        assert "(unit conversions included)" in letters[f"p-{d}"].error_message
     reader.close()
