@@ -23,7 +23,7 @@ from headwater.enricher.hop.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 from headwater_dev.bench.enricher.units import distinct_units_birth
-from tests.support.enricher import alive, settings_for
+from tests.support.enricher import alive, settings_for, spark_memory
 from tests.support.kafkatools import (
     ACME,
     GLOBEX,
@@ -107,7 +107,7 @@ def _batches_reading(q: Any, topic: str, first: dict[str, int], last: dict[str, 
 
 @pytest.mark.timeout(400)
 def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_hold_no_one_back(
-    kafka_bootstrap: str, running, tmp_path
+    kafka_bootstrap: str, spark, running, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
@@ -121,6 +121,7 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     reader = TopicReader(kafka_bootstrap, topics.completions)
     reader.until(lambda r: any(c.message_id == "warm" for c in completions(r)), 180, alive(q))
     first = _high_watermarks(kafka_bootstrap, topics.ingest[0])
+    warm = spark_memory(spark)
 
     tower = b'{"readings": [{"k": "length", "v": 1, "u": "m**9**9**9"}]}'
     spb_payload = sparkplug_at_the_limit()
@@ -141,7 +142,8 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
     print(
         f"poison ({UNIT_BIRTHS} births of new units) and {OTHERS} others: all completed "
-        f"{time.monotonic() - sent:.1f} s after sending"
+        f"{time.monotonic() - sent:.1f} s after sending; memory before {warm}, "
+        f"after {spark_memory(spark)}"
     )
     by_id = {c.message_id: c for c in completions(reader.records)}
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.enricher import alive, settings_for
+from tests.support.enricher import alive, settings_for, spark_memory
 from tests.support.kafkatools import (
     ACME,
     Msg,
@@ -43,7 +43,7 @@ def _big(s: int) -> Msg:
 
 @pytest.mark.timeout(1500)  # 360 MB through the broker and Spark on a shared machine
 def test_a_device_with_360_mb_waiting_for_master_data_neither_crashes_nor_holds_others(
-    kafka_bootstrap: str, running, progress_log, tmp_path
+    kafka_bootstrap: str, spark, running, progress_log, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     for d in range(OTHERS):
@@ -101,6 +101,6 @@ def test_a_device_with_360_mb_waiting_for_master_data_neither_crashes_nor_holds_
     print(
         f"\nparked bounds e2e: {BIG} x {PAYLOAD} B, {elapsed:.1f} s, reasons {dict(reasons)}, "
         f"{len(durations)} batches (longest {durations[-1] / 1000:.1f} s), others completed "
-        f"{dict(Counter(later))} batches after the one that read them"
+        f"{dict(Counter(later))} batches after the one that read them; memory {spark_memory(spark)}"
     )
     reader.close()

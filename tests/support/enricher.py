@@ -92,3 +92,10 @@ class ProgressLog:
             for b in self.batches
         ]
         return max(bid for at, bid in started if at <= ms)
+
+
+def spark_memory(spark: Any) -> dict[str, float]:
+    """Return the resident MiB of the session's Spark JVM (now and peak) and Python workers."""
+    from headwater_dev.bench.enricher.scale_probes import memory
+
+    return memory(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
