@@ -2,11 +2,13 @@
 
 A Globex message whose unit is ``m**9**9**9`` (an exponent tower the units library would
 evaluate forever), a Sparkplug B birth of exactly the ingest contract's payload limit
-(256 KiB, ~12,000 metrics: over the metric cap) and four births of 4,500 metrics each with a
-different valid unit (seconds of the units library's CPU each; issue 35's four) go through a
-running enricher. Each must become a dead letter with its own reason, and the messages other
-devices sent right after them must be completed in the same micro-batch or the next.
-``HEADWATER_TEST_UNITS_SCALE=10`` sends ten times as many births (issue 35's 10x target).
+(256 KiB, ~12,000 metrics: over the metric cap), four births of 4,500 metrics each with a
+different valid unit (seconds of the units library's CPU each; issue 35's four) and Globex
+readings in logarithmic units (once converted as linear ones) go through a running enricher.
+Each must become a dead letter with its own reason, and the messages other devices sent
+right after them must be completed in the same micro-batch or the next.
+``HEADWATER_TEST_UNITS_SCALE=10`` sends ten times as many births and log-unit readings (issue
+35's 10x target).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ CONTRACT_MAX_PAYLOAD_BYTES = 262_144
 OTHERS = 20
 #: Births of new units (four held every device for 24.8 s in issue 35).
 UNIT_BIRTHS = 4 * int(os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1"))
+#: Issue 35's wrong values: logarithmic units (and a run of %), each refused, never converted.
+LOG_UNITS = ["dBm", "dBW", "dB", "decade", "%%"] * int(
+    os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1")
+)
 
 
 def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -111,7 +117,7 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
-    devices = ["dev-tower", "dev-spb", *births, *(f"dev-{i}" for i in range(OTHERS))]
+    devices = ["dev-tower", "dev-spb", "dev-log", *births, *(f"dev-{i}" for i in range(OTHERS))]
     for d in devices:
         master(kafka_bootstrap, topics, d)
     # The enricher runs, warm (its Python workers have normalized a message), before the
@@ -132,6 +138,16 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
             Msg(f"p-{d}", d, SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1 + b), 1)
             for b, d in enumerate(births)
         ),
+        *(
+            Msg(
+                f"p-log-{i}",
+                "dev-log",
+                GLOBEX,
+                b'{"readings": [{"k": "p", "v": 30, "u": "%s"}]}' % unit.encode(),
+                1 + i,
+            )
+            for i, unit in enumerate(LOG_UNITS)
+        ),
     ]
     after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
     sent = time.monotonic()
@@ -149,6 +165,9 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
     assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
     assert all(outcome(by_id[f"p-{d}"]) == "OUTCOME_DEAD_LETTERED" for d in births)
+    assert all(
+        outcome(by_id[f"p-log-{i}"]) == "OUTCOME_DEAD_LETTERED" for i in range(len(LOG_UNITS))
+    )
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
     # Within a micro-batch or two of the poison: the batches that read any of them.
     used = _batches_reading(q, topics.ingest[0], first, last)
@@ -171,4 +190,9 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     for d in births:
         assert letters[f"p-{d}"].reason == "NORMALIZE_BUDGET"
         assert "(unit conversions included)" in letters[f"p-{d}"].error_message
+    for i, unit in enumerate(LOG_UNITS):
+        letter = letters[f"p-log-{i}"]
+        assert (letter.reason, letter.stage) == ("UNIT_UNKNOWN", "normalize")
+        assert f"unit '{unit}'" in letter.error_message
+        assert "logarithmic: not converted" in letter.error_message or unit == "%%"
     reader.close()
