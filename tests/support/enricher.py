@@ -95,7 +95,15 @@ class ProgressLog:
 
 
 def spark_memory(spark: Any) -> dict[str, float]:
-    """Return the resident MiB of the session's Spark JVM (now and peak) and Python workers."""
-    from headwater_dev.bench.enricher.scale_probes import memory
+    """Return the resident MiB of the session's Spark JVM (now and peak) and Python workers.
 
-    return memory(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
+    The workers' sum counts the pages a forked worker shares with its daemon once per
+    process, so their number and the largest one are given too.
+    """
+    from headwater_dev.bench.enricher import cpu
+    from headwater_dev.bench.enricher.scale_probes import memory, rss_mib
+
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    workers = [p for p, (part, _) in cpu.snapshot(jvm_pid).items() if part == "python_workers"]
+    largest = max((rss_mib(p)["rss_mib"] for p in workers), default=0.0)
+    return memory(jvm_pid) | {"python_workers": len(workers), "largest_worker_rss_mib": largest}
