@@ -63,3 +63,14 @@ def running(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield start
     for q in queries:
         q.stop()
+
+
+@pytest.fixture
+def progress_log(spark: Any) -> Iterator[Any]:
+    """Every progress of the queries the test runs (``tests.support.enricher.ProgressLog``)."""
+    from tests.support.enricher import ProgressLog
+
+    log = ProgressLog()
+    spark.streams.addListener(log.listener)
+    yield log
+    spark.streams.removeListener(log.listener)

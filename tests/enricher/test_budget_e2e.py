@@ -2,15 +2,19 @@
 
 A Globex message whose unit is ``m**9**9**9`` (an exponent tower the units library would
 evaluate forever), a Sparkplug B birth of exactly the ingest contract's payload limit
-(256 KiB, ~12,000 metrics: over the metric cap) and a birth of 4,500 metrics each with a
-different valid unit (seconds of the units library's CPU, issue 35) go through a running
-enricher. Each must become a dead letter with its own reason, and the messages other devices
-sent right after them must be completed in the same micro-batch or the next.
+(256 KiB, ~12,000 metrics: over the metric cap), four births of 4,500 metrics each with a
+different valid unit (seconds of the units library's CPU each; issue 35's four) and Globex
+readings in logarithmic units (once converted as linear ones) go through a running enricher.
+Each must become a dead letter with its own reason, and the messages other devices sent
+right after them must be completed in the same micro-batch or the next.
+``HEADWATER_TEST_UNITS_SCALE=10`` sends ten times as many births and log-unit readings (issue
+35's 10x target).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -21,7 +25,7 @@ from headwater.enricher.hop.budget import Budget
 from headwater.proto.events.v1 import dead_letter_pb2
 from headwater.proto.sparkplug.v1 import sparkplug_b_pb2 as spb
 from headwater_dev.bench.enricher.units import distinct_units_birth
-from tests.support.enricher import alive, settings_for
+from tests.support.enricher import alive, settings_for, spark_memory
 from tests.support.kafkatools import (
     ACME,
     GLOBEX,
@@ -42,6 +46,12 @@ SPARKPLUG_BIRTH = "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DB
 #: The ingest contract's largest payload (services/ingest/settings.py).
 CONTRACT_MAX_PAYLOAD_BYTES = 262_144
 OTHERS = 20
+#: Births of new units (four held every device for 24.8 s in issue 35).
+UNIT_BIRTHS = 4 * int(os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1"))
+#: Issue 35's wrong values: logarithmic units (and a run of %), each refused, never converted.
+LOG_UNITS = ["dBm", "dBW", "dB", "decade", "%%"] * int(
+    os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1")
+)
 
 
 def sparkplug_at_the_limit(size: int = CONTRACT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -103,10 +113,11 @@ def _batches_reading(q: Any, topic: str, first: dict[str, int], last: dict[str, 
 
 @pytest.mark.timeout(400)
 def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_hold_no_one_back(
-    kafka_bootstrap: str, running, tmp_path
+    kafka_bootstrap: str, spark, running, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
-    devices = ["dev-tower", "dev-spb", "dev-units", *(f"dev-{i}" for i in range(OTHERS))]
+    births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
+    devices = ["dev-tower", "dev-spb", "dev-log", *births, *(f"dev-{i}" for i in range(OTHERS))]
     for d in devices:
         master(kafka_bootstrap, topics, d)
     # The enricher runs, warm (its Python workers have normalized a message), before the
@@ -116,13 +127,27 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     reader = TopicReader(kafka_bootstrap, topics.completions)
     reader.until(lambda r: any(c.message_id == "warm" for c in completions(r)), 180, alive(q))
     first = _high_watermarks(kafka_bootstrap, topics.ingest[0])
+    warm = spark_memory(spark)
 
     tower = b'{"readings": [{"k": "length", "v": 1, "u": "m**9**9**9"}]}'
     spb_payload = sparkplug_at_the_limit()
     poison = [
         Msg("p-tower", "dev-tower", GLOBEX, tower, 1),
         Msg("p-sparkplug", "dev-spb", SPARKPLUG_BIRTH, spb_payload, 1),
-        Msg("p-units", "dev-units", SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1), 1),
+        *(
+            Msg(f"p-{d}", d, SPARKPLUG_BIRTH, distinct_units_birth(4_500, salt=1 + b), 1)
+            for b, d in enumerate(births)
+        ),
+        *(
+            Msg(
+                f"p-log-{i}",
+                "dev-log",
+                GLOBEX,
+                b'{"readings": [{"k": "p", "v": 30, "u": "%s"}]}' % unit.encode(),
+                1 + i,
+            )
+            for i, unit in enumerate(LOG_UNITS)
+        ),
     ]
     after = [Msg(f"ok-{i}", f"dev-{i}", ACME, acme(i, i), 2) for i in range(OTHERS)]
     sent = time.monotonic()
@@ -132,12 +157,17 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     wanted = {m.message_id for m in poison + after}
     reader.until(lambda r: wanted <= {c.message_id for c in completions(r)}, 120, alive(q))
     print(
-        f"poison and {OTHERS} others: all completed {time.monotonic() - sent:.1f} s after sending"
+        f"poison ({UNIT_BIRTHS} births of new units) and {OTHERS} others: all completed "
+        f"{time.monotonic() - sent:.1f} s after sending; memory before {warm}, "
+        f"after {spark_memory(spark)}"
     )
     by_id = {c.message_id: c for c in completions(reader.records)}
     assert outcome(by_id["p-tower"]) == "OUTCOME_DEAD_LETTERED"
     assert outcome(by_id["p-sparkplug"]) == "OUTCOME_DEAD_LETTERED"
-    assert outcome(by_id["p-units"]) == "OUTCOME_DEAD_LETTERED"
+    assert all(outcome(by_id[f"p-{d}"]) == "OUTCOME_DEAD_LETTERED" for d in births)
+    assert all(
+        outcome(by_id[f"p-log-{i}"]) == "OUTCOME_DEAD_LETTERED" for i in range(len(LOG_UNITS))
+    )
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
     # Within a micro-batch or two of the poison: the batches that read any of them.
     used = _batches_reading(q, topics.ingest[0], first, last)
@@ -157,6 +187,12 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     assert (
         f"over the cap of {Budget().sparkplug_max_metrics}" in letters["p-sparkplug"].error_message
     )
-    assert letters["p-units"].reason == "NORMALIZE_BUDGET"
-    assert "(unit conversions included)" in letters["p-units"].error_message
+    for d in births:
+        assert letters[f"p-{d}"].reason == "NORMALIZE_BUDGET"
+        assert "(unit conversions included)" in letters[f"p-{d}"].error_message
+    for i, unit in enumerate(LOG_UNITS):
+        letter = letters[f"p-log-{i}"]
+        assert (letter.reason, letter.stage) == ("UNIT_UNKNOWN", "normalize")
+        assert f"unit '{unit}'" in letter.error_message
+        assert "logarithmic: not converted" in letter.error_message or unit == "%%"
     reader.close()

@@ -110,6 +110,7 @@ def test_scrape_has_counters_and_histograms_with_units_and_no_precomputed_rates(
         "headwater_enricher_records_written_total": "counter",
         "headwater_enricher_output_bytes_total": "counter",
         "headwater_enricher_dead_letters_total": "counter",
+        "headwater_enricher_dedup_ids_forgotten_total": "counter",  # 0 until ids are forgotten
         "headwater_enricher_producer_to_consumer_duration_seconds": "histogram",
         "headwater_enricher_consumer_to_processing_duration_seconds": "histogram",
         "headwater_enricher_end_to_end_duration_seconds": "histogram",
@@ -168,4 +169,33 @@ def test_budget_dead_letters_are_counted_by_reason(tmp_path: Path) -> None:
         for p in m.data.data_points
     }
     assert points == {"NORMALIZE_BUDGET": 2, "NORMALIZE_TOO_LARGE": 1, "SPARKPLUG_LIMIT": 4}
+    provider.shutdown()
+
+
+def test_dedup_ids_forgotten_counts_what_the_accumulator_grew_by_since_the_listener_began(
+    tmp_path: Path,
+) -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    total = [5]  # forgotten by an earlier query of the same Spark context
+
+    def value() -> float:
+        (point,) = [
+            p.value
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "headwater.enricher.dedup.ids_forgotten"
+            for p in m.data.data_points
+        ]
+        return point
+
+    listener = EnricherListener(
+        provider.get_meter("t"), str(tmp_path / "stats.jsonl"), lambda: total[0]
+    )
+    assert value() == 0
+    for now, counted in [(12, 7), (12, 7), (40, 35)]:
+        total[0] = now
+        listener.read_ids_forgotten()
+        assert value() == counted
     provider.shutdown()

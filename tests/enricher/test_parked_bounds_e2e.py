@@ -3,6 +3,7 @@
 1,500 valid acme messages of 240 KB (360 MB) for one device without master data, while other
 devices keep sending. Before the parked-bytes bound the first retry timer ran out of Spark's
 default 1 GB heap and every restart died the same way; this session runs with that default.
+``HEADWATER_TEST_PARKED_SCALE=10`` sends ten times as many (3.6 GB; issue 35's 10x target).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.enricher import alive, settings_for
+from tests.support.enricher import alive, settings_for, spark_memory
 from tests.support.kafkatools import (
     ACME,
     Msg,
@@ -42,13 +43,14 @@ def _big(s: int) -> Msg:
 
 @pytest.mark.timeout(1500)  # 360 MB through the broker and Spark on a shared machine
 def test_a_device_with_360_mb_waiting_for_master_data_neither_crashes_nor_holds_others(
-    kafka_bootstrap: str, running, tmp_path
+    kafka_bootstrap: str, spark, running, progress_log, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     for d in range(OTHERS):
         master(kafka_bootstrap, topics, f"other-{d}")
     for start in range(1, BIG + 1, 100):  # produced in slices: the producer's queue is bounded
         ingest(kafka_bootstrap, topics, [_big(s) for s in range(start, min(start + 100, BIG + 1))])
+    progress = progress_log
     q = running(
         settings_for(kafka_bootstrap, topics, str(tmp_path / "cp"), max_records_per_trigger=500)
     )
@@ -79,5 +81,26 @@ def test_a_device_with_360_mb_waiting_for_master_data_neither_crashes_nor_holds_
     # later ones take their place): most are refused at once (ParkedBoundsTest checks the bound).
     assert reasons["PARKED_BYTES_LIMIT"] > BIG // 2, reasons
     assert q.exception() is None and q.isActive
-    print(f"\nparked bounds e2e: {BIG} x {PAYLOAD} B, {elapsed:.1f} s, reasons {dict(reasons)}")
+    # The others are read behind the big device's backlog (500 records a batch), then
+    # completed in the batch that read them or the next.
+    mine = [c for c in done if c.message_id in other_ids]
+    deadline = time.monotonic() + 60  # a batch's progress follows its completions
+    while any(
+        progress.batch_reading(topics.ingest[0], c.source.partition, c.source.offset) is None
+        for c in mine
+    ):
+        assert time.monotonic() < deadline, "no progress reported reading the others"
+        time.sleep(0.5)
+    later = [
+        progress.batch_at(c.completed_time.ToMilliseconds())
+        - progress.batch_reading(topics.ingest[0], c.source.partition, c.source.offset)
+        for c in mine
+    ]
+    assert set(later) <= {0, 1}, Counter(later)
+    durations = sorted(b["durationMs"].get("triggerExecution", 0) for b in progress.batches)
+    print(
+        f"\nparked bounds e2e: {BIG} x {PAYLOAD} B, {elapsed:.1f} s, reasons {dict(reasons)}, "
+        f"{len(durations)} batches (longest {durations[-1] / 1000:.1f} s), others completed "
+        f"{dict(Counter(later))} batches after the one that read them; memory {spark_memory(spark)}"
+    )
     reader.close()

@@ -7,7 +7,9 @@ tests/enricher/conftest.py, next to the ``spark`` fixture it needs.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from headwater.enricher.driver.settings import EnricherSettings
@@ -40,3 +42,68 @@ def alive(q: Any) -> Callable[[], None]:
             raise AssertionError(f"query failed: {q.exception()}")
 
     return tick
+
+
+class ProgressLog:
+    """Every progress a query reports, as JSON (``recentProgress`` keeps only the last 100).
+
+    ``listener`` goes to ``spark.streams.addListener`` before the query starts (the
+    ``progress_log`` fixture of tests/enricher/conftest.py does that).
+    """
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.batches: list[dict[str, Any]] = []
+        log = self.batches
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                """Nothing to keep."""
+
+            def onQueryIdle(self, event: Any) -> None:
+                """Nothing to keep."""
+
+            def onQueryTerminated(self, event: Any) -> None:
+                """Nothing to keep."""
+
+            def onQueryProgress(self, event: Any) -> None:
+                log.append(json.loads(event.progress.json))
+
+        self.listener = _Listener()
+
+    def batch_reading(self, topic: str, partition: int, offset: int) -> int | None:
+        """Return the id of the batch that read ``offset``, None if none reported it yet."""
+        for b in self.batches:
+            for source in b.get("sources", []):
+                end = (source.get("endOffset") or {}).get(topic, {})
+                start = (source.get("startOffset") or {}).get(topic, {})
+                if start.get(str(partition), 0) <= offset < end.get(str(partition), 0):
+                    return int(b["batchId"])
+        return None
+
+    def batch_at(self, ms: int) -> int:
+        """Return the id of the batch that ran at ``ms`` (a completion's ``completed_time``).
+
+        A batch's time (its offset log's) is taken just after its progress' trigger start.
+        """
+        started = [
+            (datetime.fromisoformat(b["timestamp"]).timestamp() * 1000, int(b["batchId"]))
+            for b in self.batches
+        ]
+        return max(bid for at, bid in started if at <= ms)
+
+
+def spark_memory(spark: Any) -> dict[str, float]:
+    """Return the resident MiB of the session's Spark JVM (now and peak) and Python workers.
+
+    The workers' sum counts the pages a forked worker shares with its daemon once per
+    process, so their number and the largest one are given too.
+    """
+    from headwater_dev.bench.enricher import cpu
+    from headwater_dev.bench.enricher.scale_probes import memory, rss_mib
+
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    workers = [p for p, (part, _) in cpu.snapshot(jvm_pid).items() if part == "python_workers"]
+    largest = max((rss_mib(p)["rss_mib"] for p in workers), default=0.0)
+    return memory(jvm_pid) | {"python_workers": len(workers), "largest_worker_rss_mib": largest}

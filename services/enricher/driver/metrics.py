@@ -3,7 +3,9 @@
 Spark's progress gives rows read, batch duration and offsets (lag); the sink appends what
 it wrote per batch (counts by role and reason, bytes, latency samples) to a stats file that
 this listener reads, because the sink's commit runs in a different Python process on the
-driver.
+driver. The dedup ids the bounds forgot are the JVM operator's accumulator, read on the
+driver after each micro-batch (``jvm_state.ids_forgotten``); like every counter here it starts
+at 0 in a new driver process, which Prometheus' ``rate()`` and ``increase()`` take as a reset.
 
 Counters and histograms only (and the lag, a gauge of records waiting): rates and
 quantiles are computed by PromQL or by ``headwater lag`` from two scrapes, never
@@ -11,7 +13,7 @@ precomputed here. Prometheus names: headwater_enricher_input_records_total,
 headwater_enricher_batch_duration_seconds, headwater_enricher_records_written_total,
 headwater_enricher_output_bytes_total, headwater_enricher_dead_letters_total,
 headwater_enricher_retries_total, headwater_enricher_normalize_budget_exceeded_total,
-headwater_enricher_consumer_lag_records and
+headwater_enricher_dedup_ids_forgotten_total, headwater_enricher_consumer_lag_records and
 headwater_enricher_{producer_to_consumer,consumer_to_processing,end_to_end}_duration_seconds.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -77,10 +80,19 @@ _SAMPLE_NAMES = {
 
 
 class EnricherListener(StreamingQueryListener):
-    """Turns query progress and sink stats into OpenTelemetry metrics and a run summary."""
+    """Turns query progress and sink stats into OpenTelemetry metrics and a run summary.
 
-    def __init__(self, meter: Meter, stats_path: str) -> None:
+    ``ids_forgotten`` reads the running total of dedup ids the bounds forgot
+    (``jvm_state.ids_forgotten``); the counter adds what it grew by since the listener was
+    made. Without it (no Spark, as in the scrape checks) the counter stays at 0.
+    """
+
+    def __init__(
+        self, meter: Meter, stats_path: str, ids_forgotten: Callable[[], int] = lambda: 0
+    ) -> None:
         self.stats_path = stats_path
+        self._ids_forgotten = ids_forgotten
+        self._forgotten_so_far = ids_forgotten()
         self._stats_pos = 0
         self.batches = 0
         self.input_rows = 0
@@ -118,6 +130,12 @@ class EnricherListener(StreamingQueryListener):
         self._retries = meter.create_counter(
             m + "retries", unit="{record}", description="parked retries by reason"
         )
+        self._forgotten = meter.create_counter(
+            m + "dedup.ids_forgotten",
+            unit="{id}",
+            description="dedup ids the per-device bounds forgot (a resend is enriched again)",
+        )
+        self._forgotten.add(0)  # exported from the start: an operator sees 0, not nothing
         # Histograms over every sample: quantiles are PromQL's histogram_quantile().
         self._latency = {
             name: meter.create_histogram(
@@ -156,6 +174,7 @@ class EnricherListener(StreamingQueryListener):
             lag |= lag_by_topic({"endOffset": s.endOffset, "latestOffset": s.latestOffset})
         self._lag = lag
         self.read_stats()
+        self.read_ids_forgotten()
 
     def onQueryTerminated(self, event: Any) -> None:
         """Pick up the last batch's stats."""
@@ -197,6 +216,12 @@ class EnricherListener(StreamingQueryListener):
                 for v in values:
                     self._latency[name].record(max(0.0, v / 1000.0))
         return written
+
+    def read_ids_forgotten(self) -> None:
+        """Add the dedup ids forgotten since the last read (the accumulator only grows)."""
+        total = self._ids_forgotten()
+        self._forgotten.add(total - self._forgotten_so_far)
+        self._forgotten_so_far = total
 
     def summary(self) -> dict[str, Any]:
         """Return the run summary printed by ``headwater enricher run``."""

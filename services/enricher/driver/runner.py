@@ -33,15 +33,17 @@ def run_enricher(
     from headwater.enricher.driver import job
     from headwater.enricher.driver.metrics import EnricherListener
     from headwater.enricher.driver.progress_offsets import from_settings as progress_listener
+    from headwater.enricher.state import jvm_state
     from headwater.runtime.telemetry import create_telemetry
 
     telemetry = create_telemetry("headwater-enricher", prometheus_port=settings.metrics_port)
     stats = os.path.join(tempfile.mkdtemp(prefix="enricher-stats-"), "stats.jsonl")
-    listener = EnricherListener(telemetry.meter_provider.get_meter("headwater.enricher"), stats)
     code, error = 0, ""
     log_normalizers()
     with sigint_kept():  # the caller's stop path, not pyspark's
         spark = job.build_session(settings)
+    meter = telemetry.meter_provider.get_meter("headwater.enricher")
+    listener = EnricherListener(meter, stats, jvm_state.ids_forgotten(spark))
     spark.streams.addListener(listener)
     progress = progress_listener(settings)  # group offsets for `headwater lag`, never read back
     if progress:

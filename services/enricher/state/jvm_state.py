@@ -8,6 +8,7 @@ the Python sink. The policy crosses as ``key=value`` lines, so no Python object 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +78,20 @@ def apply(decoded: DataFrame, policy: Policy) -> DataFrame:
     if out.columns != field_names(OUTPUT):
         raise RuntimeError(f"the JVM operator writes {out.columns}, the sink reads {OUTPUT}")
     return out
+
+
+def ids_forgotten(spark: SparkSession) -> Callable[[], int]:
+    """Return a reader of the dedup ids the bounds forgot in ``spark``'s queries so far.
+
+    It reads the operator's accumulator (one per Spark context) on the driver, where Spark
+    adds each task's count as the task finishes: after a micro-batch, that batch's are in.
+    A task run again (a lost executor, a batch replayed after a restart) counts again.
+
+    Raises:
+        StateOperatorMissingError: the operator's jar is not on Spark's classpath.
+    """
+    accumulator = _entry(spark).idsForgotten(spark.sparkContext._jsc.sc())
+    return lambda: int(accumulator.value())
 
 
 def process_devices(raw: DataFrame, policy: Policy) -> DataFrame:

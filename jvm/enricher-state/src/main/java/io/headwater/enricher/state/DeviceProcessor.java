@@ -22,7 +22,7 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class DeviceProcessor extends StatefulProcessor<Row, Row, Row> {
   private static final long serialVersionUID = 1L;
   private final Policy policy;
-  /** Dedup ids forgotten by the bounds, all devices (Spark UI; docs/enricher.md, Dedup). */
+  /** Dedup ids forgotten by the bounds, all devices ({@link EnricherState#idsForgotten}). */
   private final LongAccumulator idsForgotten;
   private transient SparkDeviceStore store;
   private transient Records records;
