@@ -58,13 +58,13 @@ test: $(STAMP) $(JVM_STAMP) $(BENCH_FLOOR_STAMP) ## the whole test suite against
 test-slow: $(STAMP) $(JVM_STAMP) $(BENCH_FLOOR_STAMP) ## the suite on a machine made ~2x slower, launched with SIGINT/SIGHUP ignored and no terminal
 	scripts/test_slow.sh
 
-images: $(STAMP) ## build both images with podman (bases made with mmdebstrap without a registry)
+images: $(STAMP) ## build the images (ingest, enricher, gateway) with podman (bases made with mmdebstrap without a registry)
 	$(BIN)/python scripts/images.py $(ARGS)
 
 test-cluster: $(STAMP) $(JVM_STAMP) ## the broker fault tests on a three-broker cluster (marker cluster)
 	$(BIN)/pytest -m cluster $(ARGS)
 
-test-images: $(STAMP) $(JVM_STAMP) ## build both images, run them against a broker (marker images)
+test-images: $(STAMP) $(JVM_STAMP) ## build the images, run them against a broker (marker images)
 	$(BIN)/pytest -m images tests/images $(ARGS)
 
 # A one-node Kubernetes for the `k8s` tests: Debian packages when missing, then Kubernetes,

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Build the two images the chart deploys, with podman: ``make images``.
+"""Build the images with podman: ``make images``.
+
+The two the chart deploys (ingest and enricher, ``services/*/Dockerfile``) and the edge
+gateway's (``images/gateway/Dockerfile``), which runs on the factory side, not in the chart.
 
 Where a container registry is reachable, the Dockerfiles' own bases are used (the official
 Python, Spark and Maven images). Where none is, as on this project's machines, the bases are
@@ -10,7 +13,8 @@ way the same Dockerfiles build the images; only their base build arguments diffe
 
 Each base is tagged with a hash of its recipe, so a second run reuses it; podman's layer
 cache does the same for the images. The images are tagged with the names and the tag the
-chart pulls (helm/headwater/values.yaml, the chart's appVersion).
+chart pulls (helm/headwater/values.yaml, the chart's appVersion); the gateway's beside them,
+with the same registry and tag.
 """
 
 from __future__ import annotations
@@ -75,6 +79,14 @@ BASE_REPO = "localhost/headwater-base"
 BASE_ARGS = {
     "ingest": {"PYTHON_IMAGE": "python"},
     "enricher": {"PYTHON_IMAGE": "python", "MAVEN_IMAGE": "maven", "SPARK_IMAGE": "spark"},
+    "gateway": {"PYTHON_IMAGE": "python"},
+}
+#: Each image's Dockerfile: the services' beside their code, the gateway's in images/ (its
+#: code is the headwater.gateway package under src/).
+DOCKERFILES = {
+    "ingest": ROOT / "services" / "ingest" / "Dockerfile",
+    "enricher": ROOT / "services" / "enricher" / "Dockerfile",
+    "gateway": ROOT / "images" / "gateway" / "Dockerfile",
 }
 
 
@@ -93,6 +105,14 @@ def chart_images() -> dict[str, str]:
         "ingest": f"{values['image']['repository']}:{tag_ingest}",
         "enricher": f"{values['enricher']['image']['repository']}:{tag_enricher}",
     }
+
+
+def image_refs() -> dict[str, str]:
+    """Every image's reference: the chart's two, and the gateway's in the same registry."""
+    refs = chart_images()
+    repository, tag = refs["ingest"].rsplit(":", 1)
+    refs["gateway"] = f"{repository.rsplit('/', 1)[0]}/headwater-gateway:{tag}"
+    return refs
 
 
 def versions() -> dict[str, str]:
@@ -206,8 +226,12 @@ def spark_base(os_base: str, pins: dict[str, str]) -> str:
 
 def build(ref: str, dockerfile: Path, build_args: dict[str, str]) -> float:
     """``podman build`` from the repository root; return the seconds it took."""
+    text = dockerfile.read_text()
     args = ["build", "--layers", "--file", str(dockerfile), "--tag", ref]
-    args += [*NETWORK, *CONTAINER_LIMITS, *host_trust_args(dockerfile.read_text())]
+    args += [*NETWORK, *CONTAINER_LIMITS, *host_trust_args(text)]
+    if "\nHEALTHCHECK " in text:
+        # The OCI image format has no health check: podman would drop it with a warning.
+        args += ["--format", "docker"]
     for key, value in build_args.items():
         args += ["--build-arg", f"{key}={value}"]
     log(f"building {ref} from {dockerfile.relative_to(ROOT)}")
@@ -241,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="make images",
         description=(
-            "Build the ingest and enricher images (services/*/Dockerfile) with podman and tag "
-            "them as the chart names them. Bases: the Dockerfiles' upstream images when a "
+            "Build the ingest and enricher images (services/*/Dockerfile) and the edge gateway's "
+            "(images/gateway/Dockerfile) with podman; tag the first two as the chart names "
+            "them, the gateway's beside them. Bases: the Dockerfiles' upstream images when a "
             "registry is reachable, else Debian bookworm bases made here with mmdebstrap "
             "(cached). Prints the build times and image sizes."
         ),
@@ -254,21 +279,20 @@ def main(argv: list[str] | None = None) -> int:
         help="where the bases come from (default: auto, upstream if a registry answers)",
     )
     parser.add_argument(
-        "--only", choices=["ingest", "enricher"], action="append", help="build only this image"
+        "--only", choices=list(DOCKERFILES), action="append", help="build only this image"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = parser.parse_args(argv)
     if shutil.which("podman") is None:
         print("images: podman is required (apt-get install podman buildah mmdebstrap runc)")
         return 2
-    parts = args.only or ["ingest", "enricher"]
-    refs = chart_images()
-    dockerfiles = {part: ROOT / "services" / part / "Dockerfile" for part in parts}
+    parts = args.only or list(DOCKERFILES)
+    refs = image_refs()
     started = time.monotonic()
     bases = base_args(parts, args.bases)
     figures: dict[str, object] = {"bases_s": round(time.monotonic() - started, 1)}
     for part in parts:
-        seconds = build(refs[part], dockerfiles[part], bases[part])
+        seconds = build(refs[part], DOCKERFILES[part], bases[part])
         figures[part] = {
             "image": refs[part],
             "build_s": round(seconds, 1),

@@ -37,9 +37,9 @@ def test_help():
     assert "--bases {auto,upstream,debian}" in shown.stdout
 
 
-@pytest.mark.parametrize("part", ["ingest", "enricher"])
+@pytest.mark.parametrize("part", ["ingest", "enricher", "gateway"])
 def test_each_base_argument_is_a_base_of_the_dockerfile(part: str):
-    dockerfile = (ROOT / "services" / part / "Dockerfile").read_text()
+    dockerfile = _images().DOCKERFILES[part].read_text()
     before_first_from = dockerfile.split("\nFROM ", 1)[0]
     for arg in _images().BASE_ARGS[part]:
         assert re.search(rf"^ARG {arg}=\S+", before_first_from, re.M), arg  # upstream default
@@ -55,8 +55,9 @@ def test_the_spark_base_takes_what_the_script_passes():
 def test_images_are_tagged_with_the_version_they_hold():
     """The chart's tag (its appVersion) is the version of the wheel the images install."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    refs = _images().chart_images()
+    refs = _images().image_refs()
     assert refs == {
         "ingest": f"ghcr.io/headwater-dev/headwater-ingest:{version}",
         "enricher": f"ghcr.io/headwater-dev/headwater-enricher:{version}",
+        "gateway": f"ghcr.io/headwater-dev/headwater-gateway:{version}",
     }

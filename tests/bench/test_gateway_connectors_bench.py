@@ -16,6 +16,8 @@ from headwater_dev.edge.mosquitto import MISSING, installed
 
 #: 200 registers: two blocks of reads per poll (at most 125 registers a read).
 MQTT_VALUES, OPCUA_ITEMS, OPCUA_VALUES, REGISTERS, POLLS = 300, 20, 100, 200, 3
+#: The MQTT load from publishers in processes of their own, sharing it unevenly (300 / 7).
+PUBLISHERS = 7
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,7 +34,8 @@ def test_each_connector_reports_and_every_value_is_acked(kafka_bootstrap: str) -
         pytest.fail(MISSING)
     result = _bench(
         "--bootstrap", kafka_bootstrap, "--json", "--phase-timeout", "60",
-        "--mqtt-values", str(MQTT_VALUES), "--opcua-items", str(OPCUA_ITEMS),
+        "--mqtt-values", str(MQTT_VALUES), "--mqtt-publishers", str(PUBLISHERS),
+        "--opcua-items", str(OPCUA_ITEMS),
         "--opcua-values", str(OPCUA_VALUES), "--modbus-registers", str(REGISTERS),
         "--modbus-polls", str(POLLS), "--modbus-interval", "0.2",
     )  # fmt: skip
@@ -43,6 +46,7 @@ def test_each_connector_reports_and_every_value_is_acked(kafka_bootstrap: str) -
     assert set(connectors) == {"mqtt", "opcua", "modbus"}
     # What each phase offered at the edge: its warm-up or initial values, then the load.
     assert connectors["mqtt"]["values_offered"] == connectors["mqtt"]["warmup_values"] + MQTT_VALUES
+    assert connectors["mqtt"]["publishers"] == PUBLISHERS
     assert connectors["opcua"]["values_offered"] == OPCUA_ITEMS + OPCUA_VALUES
     assert connectors["modbus"]["values_offered"] >= (POLLS + 1) * REGISTERS
     for name, figures in connectors.items():

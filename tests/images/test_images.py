@@ -1,12 +1,14 @@
-"""The two images the chart deploys, built here and run against a real broker.
+"""The images, built here and run against a real broker.
 
 ``make images`` (scripts/images.py) builds them with podman: cached, so a run with nothing
 changed takes seconds, a first run minutes. Then each image runs its real command on the
 host's network against an embedded Apache Kafka on loopback: the ingest image serves
 (health SERVING, a publish acknowledged, the record in Kafka, SIGTERM drains and exits 0),
 the enricher image runs ``headwater enricher run`` in Spark's local mode until it has
-completed the published message (events and completion in Kafka). The chart's image
-references are checked against what was built.
+completed the published message (events and completion in Kafka), and the gateway image
+runs ``headwater gateway run`` between a real Mosquitto and the ingest image: its
+HEALTHCHECK passes, a QoS 1 value reaches Kafka and leaves the spool (on a volume), SIGTERM
+stops it with exit 0. The chart's image references are checked against what was built.
 
 Marker ``images``: not part of ``make test`` (the default deselects it); ``make
 test-images`` and ``.ci/run`` run it (docs/deploy.md).
@@ -15,6 +17,7 @@ test-images`` and ``.ci/run`` run it (docs/deploy.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import shutil
@@ -27,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import grpc
 import pytest
+import yaml
 from google.protobuf import json_format
 
+from headwater.gateway.app.health import probe
 from headwater.ingest.admission.auth import hash_token
 from headwater.proto.events.v1 import completion_pb2
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
@@ -42,11 +48,14 @@ from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import create_topics, health_status
 from headwater_dev.devstack.readback import read_topic
 from headwater_dev.devstack.supervisor import DEMO_DEVICE, _publish_demo_master
+from tests.support.mosquitto import mosquitto  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A cold build (bases with mmdebstrap, pyspark from PyPI) is minutes; a cached one seconds.
 BUILD_WITHIN_S = 1800
 ENRICHED_WITHIN_S = 300
+#: A container's start, an MQTT value's way to Kafka, a health check: seconds each, bounded.
+GATEWAY_WITHIN_S = 90
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(BUILD_WITHIN_S + 900)]
 
@@ -64,7 +73,7 @@ images = _images_module()
 
 @pytest.fixture(scope="module")
 def built() -> dict[str, Any]:
-    """Build both images (make images' command); return its figures."""
+    """Build the images (make images' command); return its figures."""
     assert shutil.which("podman"), "podman is required: apt-get install podman buildah mmdebstrap"
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "images.py"), "--json"],
@@ -143,39 +152,21 @@ def _stop(name: str, proc: subprocess.Popen[str], within_s: float) -> tuple[int,
 
 
 @dataclass
-class IngestRun:
-    """What the ingest container did: its answer to one publish, then its exit."""
+class ServingIngest:
+    """An ingest container, SERVING on ``target``; ``stopped`` once SIGTERM ended it."""
 
-    message_id: str
-    codes: list[int]
-    exit_code: int
-    stderr: str
-
-
-async def _serve_and_publish(target: str, proc: subprocess.Popen[str], token: str) -> list[int]:
-    deadline = time.monotonic() + 60
-    while await health_status(target) != "SERVING":
-        if proc.poll() is not None:
-            pytest.fail(f"the ingest container exited: {proc.communicate()[1][-3000:]}")
-        assert time.monotonic() < deadline, "the ingest container was not SERVING in time"
-        await asyncio.sleep(0.5)
-    request = json_format.ParseDict(
-        publish_body(DEMO_DEVICE, f"image-{token[:8]}"), api.PublishTelemetryRequest()
-    )
-    async with grpc.aio.insecure_channel(target) as channel:
-        reply = await ingest_service_pb2_grpc.IngestServiceStub(channel).PublishTelemetry(
-            request, metadata=[("authorization", f"Bearer {token}")], timeout=30
-        )
-    return [r.code for r in reply.results]
+    name: str
+    target: str
+    token: str
+    proc: subprocess.Popen[str]
+    stopped: tuple[int, str, str] | None = None
 
 
-@pytest.fixture(scope="module")
-def ingest_run(
-    built: dict[str, Any], broker: str, tmp_path_factory: pytest.TempPathFactory
-) -> IngestRun:
-    """Serve with the ingest image, publish one message, SIGTERM it."""
+@contextlib.contextmanager
+def _serving_ingest(image: str, broker: str, folder: Path) -> Iterator[ServingIngest]:
+    """Serve with the ingest image until the block ends, then SIGTERM it."""
     token = uuid.uuid4().hex
-    tokens = tmp_path_factory.mktemp("ingest-image") / "tokens.yaml"
+    tokens = folder / "tokens.yaml"
     tokens.write_text(
         "gateways:\n"
         f"  - id: image-test\n    tenant: dev\n    token_sha256: {hash_token(token)}\n"
@@ -188,7 +179,7 @@ def ingest_run(
     # read-only where its Secret goes, the uid of the image.
     proc = _podman_run(
         name,
-        built["ingest"]["image"],
+        image,
         {
             "HEADWATER_KAFKA_BOOTSTRAP_SERVERS": broker,
             "HEADWATER_INGEST_LISTEN_ADDRESS": f"127.0.0.1:{grpc_port}",
@@ -198,11 +189,56 @@ def ingest_run(
         volumes=(f"{tokens}:/etc/headwater/gateways/tokens.yaml:ro",),
         extra=("--read-only", "--tmpfs", "/tmp"),
     )
+    serving = ServingIngest(name, f"127.0.0.1:{grpc_port}", token, proc)
     try:
-        codes = asyncio.run(_serve_and_publish(f"127.0.0.1:{grpc_port}", proc, token))
+        asyncio.run(_until_serving(serving))
+        yield serving
     finally:
-        code, _out, err = _stop(name, proc, 60)
-    return IngestRun(f"image-{token[:8]}", codes, code, err)
+        serving.stopped = _stop(name, proc, 60)
+
+
+async def _until_serving(ingest: ServingIngest) -> None:
+    deadline = time.monotonic() + 60
+    while await health_status(ingest.target) != "SERVING":
+        if ingest.proc.poll() is not None:
+            pytest.fail(f"the ingest container exited: {ingest.proc.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, "the ingest container was not SERVING in time"
+        await asyncio.sleep(0.5)
+
+
+@dataclass
+class IngestRun:
+    """What the ingest container did: its answer to one publish, then its exit."""
+
+    message_id: str
+    codes: list[int]
+    exit_code: int
+    stderr: str
+
+
+async def _publish(ingest: ServingIngest, message_id: str) -> list[int]:
+    request = json_format.ParseDict(
+        publish_body(DEMO_DEVICE, message_id), api.PublishTelemetryRequest()
+    )
+    async with grpc.aio.insecure_channel(ingest.target) as channel:
+        reply = await ingest_service_pb2_grpc.IngestServiceStub(channel).PublishTelemetry(
+            request, metadata=[("authorization", f"Bearer {ingest.token}")], timeout=30
+        )
+    return [r.code for r in reply.results]
+
+
+@pytest.fixture(scope="module")
+def ingest_run(
+    built: dict[str, Any], broker: str, tmp_path_factory: pytest.TempPathFactory
+) -> IngestRun:
+    """Serve with the ingest image, publish one message, SIGTERM it."""
+    folder = tmp_path_factory.mktemp("ingest-image")
+    message_id = f"image-{uuid.uuid4().hex[:8]}"
+    with _serving_ingest(built["ingest"]["image"], broker, folder) as ingest:
+        codes = asyncio.run(_publish(ingest, message_id))
+    assert ingest.stopped is not None
+    code, _out, err = ingest.stopped
+    return IngestRun(message_id, codes, code, err)
 
 
 def test_ingest_image_serves_acks_into_kafka_and_drains(ingest_run: IngestRun, broker: str):
@@ -266,3 +302,103 @@ def _wait_completion(
                 return completion_pb2.Outcome.Name(done.outcome)
         time.sleep(2)
     pytest.fail(f"no completion of {message_id} within {within_s}s")
+
+
+def test_gateway_image_delivers_an_mqtt_value_through_ingest(
+    built: dict[str, Any],
+    broker: str,
+    mosquitto,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+):
+    """The gateway image between a real Mosquitto and the ingest image, as users run it."""
+    image = built["gateway"]["image"]
+    inspect = images.podman(
+        "image", "inspect", "--format", "{{.Config.User}} {{.Config.StopSignal}}", image,
+        capture=True,
+    ).split()  # fmt: skip
+    assert inspect == ["10001:10001", "SIGTERM"]
+    plant = f"image{uuid.uuid4().hex[:8]}"
+    marker = uuid.uuid4().hex
+    health_listen = f"127.0.0.1:{free_port()}"
+    volume = f"headwater-gateway-spool-{uuid.uuid4().hex[:8]}"
+    name = f"headwater-gateway-test-{uuid.uuid4().hex[:8]}"
+    with _serving_ingest(built["ingest"]["image"], broker, tmp_path) as ingest:
+        config = tmp_path / "gateway.yaml"
+        config.write_text(yaml.safe_dump({
+            "ingest": {"target": ingest.target, "token_env": "HEADWATER_GATEWAY_TOKEN"},
+            "spool": {"path": "/var/lib/headwater-gateway/spool.db"},
+            "health": {"listen": health_listen, "log_every_s": 0},
+            "connectors": [{
+                "name": "edge-mqtt", "type": "mqtt", "qos": 1,
+                "broker": {"host": "127.0.0.1", "port": mosquitto.port, "client_id": name},
+                "topics": [{"filter": f"{plant}/+/telemetry", "device_id": f"{plant}-{{1}}",
+                            "content_type": "application/vnd.acme.telemetry.v1+json"}],
+            }],
+        }))  # fmt: skip
+        config.chmod(0o644)  # the image runs as uid 10001
+        # The config read-only, the spool on a named volume (it takes the image folder's
+        # owner), a read-only root: the spool is the one place the gateway writes.
+        proc = _podman_run(
+            name,
+            image,
+            {"HEADWATER_GATEWAY_TOKEN": ingest.token},
+            volumes=(
+                f"{config}:/etc/headwater/gateway.yaml:ro",
+                f"{volume}:/var/lib/headwater-gateway",
+            ),
+            extra=("--read-only", "--tmpfs", "/tmp"),
+        )
+        try:
+            _until(lambda: _healthcheck(name) == 0, proc, "the image's HEALTHCHECK passed")
+            asyncio.run(_publish_mqtt(mosquitto.port, f"{plant}/m1/telemetry", marker))
+            _until(lambda: _in_ingest_topic(broker, marker), proc, "the value in Kafka")
+            # Acknowledged by ingest: deleted from the spool.
+            _until(lambda: _spool_depth(health_listen) == 0, proc, "the spool delivered")
+        finally:
+            code, _out, err = _stop(name, proc, 60)
+            mountpoint = _volume_mountpoint(volume)
+            spool_kept = bool(mountpoint) and (Path(mountpoint) / "spool.db").exists()
+            subprocess.run([*images.PODMAN, "volume", "rm", "--force", volume], check=False)
+    assert code == 0, err[-3000:]
+    stopped = [json.loads(line) for line in err.splitlines() if '"gateway stopped"' in line]
+    assert [line["spool_depth"] for line in stopped] == [0], err[-3000:]
+    assert spool_kept, "the spool was not on the volume"
+
+
+def _until(condition: Any, proc: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + GATEWAY_WITHIN_S
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the gateway container exited before {what}: {proc.communicate()[1]}")
+        assert time.monotonic() < deadline, f"not within {GATEWAY_WITHIN_S}s: {what}"
+        time.sleep(0.5)
+
+
+def _healthcheck(name: str) -> int:
+    """Run the container's HEALTHCHECK now (podman healthcheck run): 0 when healthy."""
+    return subprocess.run(
+        [*images.PODMAN, "healthcheck", "run", name], capture_output=True, check=False
+    ).returncode
+
+
+async def _publish_mqtt(port: int, topic: str, marker: str) -> None:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=uuid.uuid4().hex) as client:
+        await client.publish(topic, json.dumps({"marker": marker}).encode(), qos=1)
+
+
+def _in_ingest_topic(broker: str, marker: str) -> bool:
+    topic = INGEST_TOPICS["telemetry"]
+    return any(marker.encode() in (m.value() or b"") for m in read_topic(broker, topic, 10))
+
+
+def _spool_depth(listen: str) -> int | None:
+    answer = probe(listen)
+    return None if answer is None else answer[1]["spool"]["depth"]
+
+
+def _volume_mountpoint(volume: str) -> str:
+    """The volume's folder on the host ("" when podman never made it)."""
+    return subprocess.run(
+        [*images.PODMAN, "volume", "inspect", "--format", "{{.Mountpoint}}", volume],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip

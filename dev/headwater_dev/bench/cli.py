@@ -131,8 +131,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Start the embedded broker (or use --bootstrap) and the ingest server, then one "
             "`headwater gateway run` process per connector, pinned to one CPU (taskset), "
-            "against a real source on loopback: QoS 1 JSON messages through Mosquitto, data "
-            "changes of asyncua's server (every item written in rounds), pymodbus's server "
+            "against a real source on loopback: QoS 1 JSON messages through Mosquitto from "
+            "publisher processes, data changes of asyncua's server in its own process (every "
+            "item written in rounds), pymodbus's server "
             "polled. Prints values/s from the edge to acknowledged by ingest, the gateway's "
             "CPU per value, the Modbus poll lateness p50/p99, whether every value was "
             "acknowledged, and issue 39's targets met or missed. See docs/benchmarks.md."
@@ -142,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     defaults = ConnectorsOptions()
     for flag, default, text in (
         ("--mqtt-values", defaults.mqtt_values, "MQTT messages (one value each) to publish"),
+        ("--mqtt-publishers", defaults.mqtt_publishers, "MQTT publisher processes sharing them"),
         ("--opcua-items", defaults.opcua_items, "OPC UA monitored items"),
         ("--opcua-values", defaults.opcua_values, "OPC UA data changes to write"),
         ("--modbus-registers", defaults.modbus_registers, "Modbus holding registers per poll"),
@@ -355,6 +357,7 @@ def _gateway_connectors(args: argparse.Namespace) -> int:
 
     opts = ConnectorsOptions(
         mqtt_values=args.mqtt_values,
+        mqtt_publishers=args.mqtt_publishers,
         opcua_items=args.opcua_items,
         opcua_values=args.opcua_values,
         opcua_rate=args.opcua_rate,

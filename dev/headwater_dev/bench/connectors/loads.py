@@ -2,9 +2,10 @@
 
 Each phase drives one gateway process (:class:`PinnedGateway`) with one connector:
 
-- MQTT: QoS 1 JSON messages (one value each) published to Mosquitto from this process,
-  500 in flight, after a warm-up that proves the subscription and ingest are up;
-- OPC UA: rounds of writes to every monitored variable of asyncua's server (in this
+- MQTT: QoS 1 JSON messages (one value each) published to Mosquitto by publisher
+  processes, 500 in flight each, after a warm-up that proves the subscription and ingest
+  are up;
+- OPC UA: rounds of writes to every monitored variable of asyncua's server (in its own
   process), paced to an offered rate, after the items' initial values (the
   subscription's first data changes);
 - Modbus: the gateway polls pymodbus's server; each poll's start is when its first read
@@ -17,24 +18,15 @@ which ingest has acknowledged (``delivered``) every one; the gateway's CPU is re
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import time
 from dataclasses import asdict
 from typing import Any
 
-import aiomqtt
-
 from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, delivered, lost, spooled
 from headwater_dev.bench.connectors.poll_lateness import poll_lateness
-from headwater_dev.edge.opcua_server import PressServer
+from headwater_dev.bench.connectors.sources import OpcUaServer, mqtt_publishers
 
 MQTT_WARMUP = 200
-IN_FLIGHT = 500
-#: aiomqtt warns for every publish waiting on the in-flight window: a bench's normal state.
-_QUIET_PUBLISHER = logging.getLogger("headwater_dev.bench.mqtt_publisher")
-_QUIET_PUBLISHER.setLevel(logging.ERROR)
 #: Readiness (subscribed, first values acked) may take the ingest server's start-up.
 READY_S = 120.0
 
@@ -86,62 +78,43 @@ async def _when_acked(
     )
 
 
-async def mqtt(gateway: PinnedGateway, port: int, values: int, within_s: float) -> dict[str, Any]:
-    """Publish ``values`` QoS 1 messages; the report once ingest acknowledged them all."""
+async def mqtt(
+    gateway: PinnedGateway, port: int, values: int, publishers: int, within_s: float
+) -> dict[str, Any]:
+    """Publish ``values`` QoS 1 messages from ``publishers`` processes; report once acked."""
     await gateway.wait_for(
         lambda _: "subscribed on the edge broker" in gateway.log(), READY_S, "MQTT subscribed"
     )
-    payload = json.dumps({"temp_c": 21.5, "pad": "x" * 64}).encode()
-    client = aiomqtt.Client(
-        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=_QUIET_PUBLISHER
-    )
-    async with client as publisher:
-
-        async def publish(count: int) -> None:
-            for first in range(0, count, IN_FLIGHT):
-                await asyncio.gather(*(
-                    publisher.publish(f"bench/{i % 100:03d}", payload, qos=1)
-                    for i in range(first, min(count, first + IN_FLIGHT))
-                ))  # fmt: skip
-
-        await publish(MQTT_WARMUP)
-        await gateway.wait_for(lambda r: delivered(r) >= MQTT_WARMUP, READY_S, "warm-up acked")
+    async with mqtt_publishers(port, MQTT_WARMUP, 1) as warmup:
+        await warmup.go()
+    await gateway.wait_for(lambda r: delivered(r) >= MQTT_WARMUP, READY_S, "warm-up acked")
+    async with mqtt_publishers(port, values, publishers) as load:
         cpu = gateway.cpu_seconds()
         started = time.perf_counter()
-        await publish(values)
-        published_s = time.perf_counter() - started
+        published_s = await load.go()
     figures = await _when_acked(
         gateway, "mqtt", MQTT_WARMUP + values, values, (started, cpu), within_s
     )
     figures["warmup_values"] = MQTT_WARMUP
+    figures["publishers"] = publishers
     figures["offered_per_s"] = round(values / published_s)
     return figures
 
 
 async def opcua(
-    gateway: PinnedGateway, server: PressServer, values: int, rate: float, within_s: float
+    gateway: PinnedGateway, server: OpcUaServer, values: int, rate: float, within_s: float
 ) -> dict[str, Any]:
-    """Write ``values`` changes to the server's variables; the report once all are acked.
+    """Have the server write ``values`` changes; the report once all are acked.
 
     Rounds of one change per variable, at most ``rate`` changes per second.
     """
-    items = len(server.variables)
+    items = server.items
     await gateway.wait_for(
         lambda r: delivered(r) >= items, READY_S, f"the {items} items' initial values acked"
     )
     cpu = gateway.cpu_seconds()
     started = time.perf_counter()
-    written = 0
-    while written < values:
-        round_started = time.perf_counter()
-        for variable in server.variables[: values - written]:
-            # Never a variable's initial 0.0: an unchanged value is no data change.
-            await variable.write_value(float(written + 1))
-            written += 1
-        # The server shares this loop: between rounds it answers the gateway's publish
-        # requests (writing without a pause starves it until the session times out).
-        await asyncio.sleep(max(0.0, round_started + items / rate - time.perf_counter()))
-    written_s = time.perf_counter() - started
+    written_s = await server.write(values, rate)
     figures = await _when_acked(gateway, "opcua", items + values, values, (started, cpu), within_s)
     figures["initial_values"] = items
     figures["items"] = items

@@ -10,6 +10,8 @@ class ConnectorsOptions:
     """What one run offers (the issue's load by default)."""
 
     mqtt_values: int = 100_000
+    #: Publisher processes sharing them: together they offer more than one gateway core takes.
+    mqtt_publishers: int = 4
     opcua_items: int = 1000
     opcua_values: int = 50_000
     #: Data changes offered per second: twice the issue's target, so a gateway that keeps

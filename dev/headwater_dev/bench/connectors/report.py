@@ -37,7 +37,8 @@ def targets(connectors: dict[str, Any], opts: Any) -> list[dict[str, Any]]:
     mqtt, opcua, modbus = connectors["mqtt"], connectors["opcua"], connectors["modbus"]
     add(
         f"MQTT >= {MQTT_VALUES_PER_S:,} values/s, edge to acked by ingest, one core",
-        f"{mqtt['acked_per_s']:,}/s (published at {mqtt['offered_per_s']:,}/s)",
+        f"{mqtt['acked_per_s']:,}/s (published at {mqtt['offered_per_s']:,}/s "
+        f"by {mqtt['publishers']} processes)",
         # Fewer values than a second's worth at the target rate time the start-up only.
         at_load(
             mqtt["acked_per_s"] >= MQTT_VALUES_PER_S,

@@ -3,15 +3,15 @@
 One run starts the embedded broker (or uses ``--bootstrap``) and the ingest server in its
 own process (as the other benches do), then one phase per connector, each with its own
 ``headwater gateway run`` process pinned to one CPU (:mod:`pinned_gateway`) and its own
-source on loopback (:mod:`headwater_dev.edge`): Mosquitto, asyncua's server, pymodbus's
-server. The loads are in :mod:`loads`, the targets in :mod:`report`.
+source on loopback (:mod:`headwater_dev.edge`): Mosquitto fed by publisher processes,
+asyncua's server in a process of its own (:mod:`sources`), pymodbus's server. The loads
+are in :mod:`loads`, the targets in :mod:`report`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -24,11 +24,12 @@ from headwater_dev.bench.connectors import loads
 from headwater_dev.bench.connectors.options import ConnectorsOptions
 from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, last_cpu
 from headwater_dev.bench.connectors.report import targets
+from headwater_dev.bench.connectors.sources import opcua_server
 from headwater_dev.bench.report import machine
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.modbus_device import ModbusDevice
 from headwater_dev.edge.mosquitto import Mosquitto
-from headwater_dev.edge.opcua_server import NS, PressServer
+from headwater_dev.edge.opcua_server import NS
 
 #: Modbus function code 3 (read holding registers): a poll begins with the read at 0.
 READ_HOLDING = 3
@@ -59,17 +60,15 @@ async def _mqtt(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) -
             ],
         }
         async with _gateway(workdir / "gateway-mqtt", target, connector, cpu) as gateway:
-            return await loads.mqtt(gateway, broker.port, opts.mqtt_values, opts.phase_timeout_s)
+            return await loads.mqtt(
+                gateway, broker.port, opts.mqtt_values, opts.mqtt_publishers, opts.phase_timeout_s
+            )
     finally:
         broker.stop()
 
 
 async def _opcua(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) -> dict[str, Any]:
-    # The server warns that a server without security has none: it is meant to.
-    logging.getLogger("asyncua").setLevel(logging.ERROR)
-    server = PressServer(free_port())
-    await server.start(variables=opts.opcua_items)
-    try:
+    async with opcua_server(free_port(), opts.opcua_items) as server:
         connector = {
             "name": "opcua",
             "type": "opcua",
@@ -85,8 +84,6 @@ async def _opcua(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) 
             return await loads.opcua(
                 gateway, server, opts.opcua_values, opts.opcua_rate, opts.phase_timeout_s
             )
-    finally:
-        await server.stop()
 
 
 async def _modbus(workdir: Path, target: str, opts: ConnectorsOptions, cpu: int) -> dict[str, Any]:

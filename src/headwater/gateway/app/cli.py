@@ -1,4 +1,4 @@
-"""``headwater gateway run`` and ``headwater gateway check-config``."""
+"""``headwater gateway run``, ``check-config`` and ``health``: the edge gateway program."""
 
 from __future__ import annotations
 
@@ -34,6 +34,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     check.add_argument("--config", required=True, help="the gateway.yaml file")
     check.set_defaults(func=_check)
+    health = sub.add_parser(
+        "health",
+        help="ask a running gateway for its health report: exit 0 when every connector is up",
+        description="Ask the gateway of a gateway.yaml for its health report (GET /health on "
+        "its health.listen) and print it: exit 0 when every connector is connected, 1 when "
+        "one is not or the gateway does not answer, 2 for a bad file or one with no "
+        "health.listen. The container image's HEALTHCHECK.",
+    )
+    health.add_argument("--config", required=True, help="the gateway.yaml file")
+    health.set_defaults(func=_health)
 
 
 def _load(path: str, command: str) -> GatewayFile | None:
@@ -57,6 +67,24 @@ def _check(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    config = _load(args.config, "health")
+    if config is None:
+        return 2
+    if config.health.listen is None:
+        print(f"headwater gateway health: {args.config}: no health.listen", file=sys.stderr)
+        return 2
+    from headwater.gateway.app.health import probe
+
+    answer = probe(config.health.listen)
+    if answer is None:
+        print(f"headwater gateway health: no answer on {config.health.listen}", file=sys.stderr)
+        return 1
+    ok, report = answer
+    print(json.dumps(report))
+    return 0 if ok else 1
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """The gateway's health: per connector (connected, values, errors, gaps) and the spool's.
 
 Served as JSON on ``GET /health`` when ``health.listen`` is set (200 when every connector
-is connected, 503 otherwise, so a supervisor can probe it) and logged every
-``health.log_every_s``.
+is connected, 503 otherwise, so a supervisor can probe it: :func:`probe`, ``headwater
+gateway health``) and logged every ``health.log_every_s``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,3 +80,24 @@ async def log_every(
             return
         except TimeoutError:
             log.info("health", extra={"health": report(connectors, spool)})
+
+
+def probe(listen: str, timeout_s: float = 5.0) -> tuple[bool, dict[str, Any]] | None:
+    """Ask the gateway serving ``listen`` (``host:port``) for its report: (ok, report).
+
+    ``ok`` is the HTTP answer (200, not 503); ``0.0.0.0`` is asked on loopback. None when
+    nothing answers there, or not with a report.
+    """
+    host, port = listen.rsplit(":", 1)
+    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            ok, body = True, answer.read()
+    except urllib.error.HTTPError as unhealthy:  # 503: a connector not connected (yet)
+        ok, body = False, unhealthy.read()
+    except OSError:  # refused, timed out
+        return None
+    try:
+        return ok, dict(json.loads(body))
+    except ValueError:
+        return None

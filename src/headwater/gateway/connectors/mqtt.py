@@ -79,11 +79,12 @@ class MqttConnector(Connector):
             try:
                 async with self._connect() as client:
                     self._client = client
-                    self.health.connected = True
                     backoff.reset()
                     filters = self._filters()
                     for topic_filter in filters:
                         await client.subscribe(topic_filter, qos=self.config.qos)
+                    # Healthy once subscribed: a publisher waiting on /health loses nothing.
+                    self.health.connected = True
                     log.info(
                         "subscribed on the edge broker",
                         extra={"connector": self.name, "filters": filters},
