@@ -66,7 +66,8 @@ class SteadyLoad:
         """Stop spooling, wait until the spool is empty (at most ``drain_within_s``); True if so."""
         self._drain_within_s = drain_within_s
         if self._loop is not None and self._feeding is not None:
-            self._loop.call_soon_threadsafe(self._feeding.set)
+            with contextlib.suppress(RuntimeError):  # the loop ended already (it failed)
+                self._loop.call_soon_threadsafe(self._feeding.set)
         self._thread.join(drain_within_s + 30)
         self._raise_if_failed()
         return self.drained
