@@ -127,6 +127,12 @@ def print_report(report: dict[str, Any]) -> None:
         f"caught up {roll['caught_up_after_roll_s']:.1f} s after the roll)"
     )
     _print_load(roll)
+    back = report["readback"]
+    print(
+        f"read back: {back['records']:,} records in {back['seconds']:.1f} s, every OK looked up "
+        f"at its partition and offset; {back['not_named_by_an_ok']:,} records no OK names "
+        "(sent again after an answer that never came: Kafka is at least once)"
+    )
     print()
     print(
         render(

@@ -42,8 +42,11 @@ def run_faults_benchmark(opts: FaultsOptions) -> dict[str, Any]:
         found = confirm(
             cluster.bootstrap_servers, TOPIC, {"leader_kill": kill_oks, "rolling_restart": roll_oks}
         )
+        oks = kill["oks"] + roll["oks"]
         report["readback"] = {
             "records": found["records"],
+            # Written twice: sent again after an answer that never came (at least once).
+            "not_named_by_an_ok": found["records"] - oks,
             "seconds": round(time.monotonic() - read_from, 1),
         }
         report["leader_kill"] = kill | found["leader_kill"]
