@@ -9,7 +9,7 @@ from array import array
 
 from headwater.gateway.answers import DeliveryReport
 from headwater_dev.bench.faults.isr import IsrWatch
-from headwater_dev.bench.faults.ledger import OkLedger, coordinate, partition_of, silence_around
+from headwater_dev.bench.faults.ledger import OkLedger, coordinate, silence_around
 
 
 def ok(partition: int, offset: int, message_id: str = "m") -> DeliveryReport:
@@ -39,7 +39,7 @@ def test_ledger_counts_oks_by_partition_and_time_and_the_other_answers() -> None
     assert ledger.oks == 6
     assert ledger.retried == {"UNAVAILABLE": 1} and ledger.rejected == {"INVALID_ARGUMENT": 1}
     assert ledger.acked[coordinate(2, 105)] == "m5"
-    assert partition_of(coordinate(2, 105)) == 2
+    assert coordinate(2, 105) != coordinate(1, 105) and coordinate(0, 7) == 7
     first, last = ledger.ok_at[0], ledger.ok_at[-1]
     assert ledger.times_on([1]) == [ledger.ok_at[1], ledger.ok_at[4]]
     assert ledger.first_ok_on([2], first) == ledger.ok_at[2]

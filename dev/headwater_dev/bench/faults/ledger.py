@@ -25,11 +25,6 @@ def coordinate(partition: int, offset: int) -> int:
     return partition << OFFSET_BITS | offset
 
 
-def partition_of(packed: int) -> int:
-    """The partition of a packed coordinate."""
-    return packed >> OFFSET_BITS
-
-
 class OkLedger:
     """Every OK (when, partition, offset, message id) and every other answer, by code."""
 
