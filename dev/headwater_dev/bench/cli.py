@@ -1,4 +1,4 @@
-"""``headwater bench``: every benchmark (ingest, gateway, enricher), none used in production.
+"""``headwater bench``: every benchmark (ingest, gateway, enricher, faults); none in production.
 
 They print figures and ratios against ceilings measured in the same run. The ingest and
 gateway benchmarks live in this package; ``enricher`` runs its sub-package
@@ -15,6 +15,7 @@ from typing import Any
 from headwater.ingest.settings import PRODUCERS
 from headwater.runtime.signals import interrupt_on_stop
 from headwater_dev.bench.connectors.options import ConnectorsOptions
+from headwater_dev.bench.faults.options import FaultsOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -176,6 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="also print the whole report as one JSON line, last"
     )
     connectors.set_defaults(func=_gateway_connectors)
+    _register_faults(commands)
     enricher = commands.add_parser(
         "enricher",
         help="the enricher's throughput and latency on local Spark, and its keyed-state floor",
@@ -186,6 +188,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_help=False,  # --help goes to the enricher benchmark's own parser
     )
     enricher.set_defaults(func=_enricher, forward_args=True)
+
+
+def _register_faults(commands: argparse._SubParsersAction) -> None:
+    faults = commands.add_parser(
+        "faults",
+        help="a leader killed and a rolling restart on a 3-node cluster, through the gateway",
+        description=(
+            "Start a three-node Apache Kafka cluster on loopback (RF 3, min.insync.replicas=2) "
+            "and the ingest server in its own process, spool --rate readings per second "
+            "through the gateway library, and provoke two faults in turn: the node leading "
+            "the telemetry topic's partition 0 SIGKILLed (the election from the metadata, the "
+            "longest time with no OK on its partitions, the first OK after the kill), then "
+            "every node SIGTERMed and started again in turn, the next once all is in sync "
+            "(goodput over the roll against the same time without faults). Every OK is read "
+            "back from Kafka. Prints the load average at start and end, the rate offered and "
+            "carried, and issue 36's targets met or MISSED. Stops everything it started, on "
+            "Ctrl-C too. See docs/benchmarks.md, Faults on a three-node cluster."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    defaults = FaultsOptions()
+    faults.add_argument(
+        "--rate", type=_positive_float, default=defaults.rate, help="readings spooled per second"
+    )
+    faults.add_argument("--payload", type=_positive, default=defaults.payload, help="payload bytes")
+    faults.add_argument(
+        "--steady-seconds",
+        type=_positive_float,
+        default=defaults.steady_s,
+        help="load before each fault, and after the first OK once the leader was killed",
+    )
+    faults.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=defaults.seconds,
+        help="the longest wait for the kill to pass (a new leader, then an OK on its "
+        "partitions) and the longest calm window (as long as the roll, at most this)",
+    )
+    faults.add_argument(
+        "--json", action="store_true", help="also print the whole report as one JSON line, last"
+    )
+    faults.set_defaults(func=_faults)
 
 
 def _fmt(value: Any) -> str:
@@ -369,6 +413,19 @@ def _gateway_connectors(args: argparse.Namespace) -> int:
     )
     report = asyncio.run(run_connectors_benchmark(opts, args.bootstrap))
     print_connectors(report)
+    if args.json:
+        print(json.dumps(report, separators=(",", ":")))
+    return 0
+
+
+def _faults(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
+    from headwater_dev.bench.faults.report import print_report as print_faults
+    from headwater_dev.bench.faults.run import run_faults_benchmark
+
+    opts = FaultsOptions(args.rate, args.payload, args.steady_seconds, args.seconds)
+    report = run_faults_benchmark(opts)
+    print_faults(report)
     if args.json:
         print(json.dumps(report, separators=(",", ":")))
     return 0

@@ -37,7 +37,8 @@ CT = "application/vnd.acme.telemetry.v1+json"
 WINDOW = 4
 
 
-def _readings(n: int, payload: int) -> list[NewMessage]:
+def make_readings(n: int, payload: int) -> list[NewMessage]:
+    """``n`` readings of ``payload`` bytes from 100 devices, taking turns."""
     return [NewMessage(f"acme-{i % 100:03d}", CT, b"x" * payload) for i in range(n)]
 
 
@@ -133,7 +134,7 @@ async def run_gateway_benchmark(
         "options": {"messages": messages, "payload": payload, "frame": frame},
     }
     with server_proc.serving(bootstrap) as (target, _):
-        readings = _readings(messages, payload)
+        readings = make_readings(messages, payload)
         deadline = time.monotonic() + 30
         while True:  # the server is up once a small direct run passes
             try:

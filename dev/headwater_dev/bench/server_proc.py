@@ -53,11 +53,12 @@ def start(
 
 
 @contextlib.contextmanager
-def serving(bootstrap: str | None) -> Iterator[tuple[str, str]]:
+def serving(bootstrap: str | None, replicas: int = 1) -> Iterator[tuple[str, str]]:
     """Serve ingest on a broker for a benchmark; both stopped after.
 
-    The broker is embedded unless ``bootstrap`` is given; the ingest topics are made, and the
-    ingest server runs in a process of its own. Yields (its target, "given" or "embedded").
+    The broker is embedded unless ``bootstrap`` is given; the ingest topics are made (3
+    partitions, ``replicas`` copies each), and the ingest server runs in a process of its
+    own. Yields (its target, "given" or "embedded").
     """
     from headwater.kafka.admin import ensure_topics
     from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -69,7 +70,7 @@ def serving(bootstrap: str | None) -> Iterator[tuple[str, str]]:
     port = free_port()
     ingest = start(servers, port)
     try:
-        ensure_topics(servers, [TopicSpec(t, 3, 1) for t in INGEST_TOPICS.values()])
+        ensure_topics(servers, [TopicSpec(t, 3, replicas) for t in INGEST_TOPICS.values()])
         yield f"127.0.0.1:{port}", "given" if bootstrap else "embedded"
     finally:
         ingest.terminate()
