@@ -13,10 +13,8 @@ right after them must be completed in the same micro-batch or the next.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -86,34 +84,9 @@ def _high_watermarks(bootstrap: str, topic: str) -> dict[str, int]:
         c.close()
 
 
-def _batches_reading(q: Any, topic: str, first: dict[str, int], last: dict[str, int]) -> list[int]:
-    """Return the micro-batches that read records of ``topic`` from ``first`` to ``last``.
-
-    Found by each batch's source offsets once the batches reported cover ``last``: a
-    batch's completions are visible before Spark posts its progress, so the progress read
-    as soon as a completion shows can lack the batch that wrote it.
-    """
-    deadline = time.monotonic() + 60
-    while True:
-        used, reached = [], dict.fromkeys(last, 0)
-        for progress in (json.loads(x.json) for x in q.recentProgress):
-            for source in progress.get("sources", []):
-                start = (source.get("startOffset") or {}).get(topic, {})
-                end = (source.get("endOffset") or {}).get(topic, {})
-                for p in reached:
-                    reached[p] = max(reached[p], end.get(p, 0))
-                if any(end.get(p, 0) > max(start.get(p, 0), first[p]) for p in first):
-                    used.append(progress["batchId"])
-        if all(reached[p] >= last[p] for p in last):
-            return sorted(set(used))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no progress reported reading {topic} up to {last}: {reached}")
-        time.sleep(0.2)
-
-
 @pytest.mark.timeout(400)
 def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_hold_no_one_back(
-    kafka_bootstrap: str, spark, running, tmp_path
+    kafka_bootstrap: str, spark, running, progress_log, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
@@ -170,7 +143,7 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     )
     assert all(outcome(by_id[m.message_id]) == "OUTCOME_ENRICHED" for m in after)
     # Within a micro-batch or two of the poison: the batches that read any of them.
-    used = _batches_reading(q, topics.ingest[0], first, last)
+    used = progress_log.batches_reading(topics.ingest[0], first, last)
     assert 1 <= len(used) <= 2, used
     assert q.exception() is None and q.isActive
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -81,6 +82,32 @@ class ProgressLog:
                 if start.get(str(partition), 0) <= offset < end.get(str(partition), 0):
                     return int(b["batchId"])
         return None
+
+    def batches_reading(self, topic: str, first: dict[str, int], last: dict[str, int]) -> list[int]:
+        """Return the batches that read records of ``topic`` from ``first`` to ``last``.
+
+        Waits (60 s at most) until the batches reported cover ``last``: a batch's
+        completions are visible before Spark posts its progress, so the progress read as
+        soon as a completion shows can lack the batch that wrote it.
+        """
+        deadline = time.monotonic() + 60
+        while True:
+            used, reached = [], dict.fromkeys(last, 0)
+            for progress in list(self.batches):
+                for source in progress.get("sources", []):
+                    start = (source.get("startOffset") or {}).get(topic, {})
+                    end = (source.get("endOffset") or {}).get(topic, {})
+                    for p in reached:
+                        reached[p] = max(reached[p], end.get(p, 0))
+                    if any(end.get(p, 0) > max(start.get(p, 0), first[p]) for p in first):
+                        used.append(progress["batchId"])
+            if all(reached[p] >= last[p] for p in last):
+                return sorted(set(used))
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no progress reported reading {topic} up to {last}: {reached}"
+                )
+            time.sleep(0.2)
 
     def batch_at(self, ms: int) -> int:
         """Return the id of the batch that ran at ``ms`` (a completion's ``completed_time``).
