@@ -33,7 +33,7 @@ from headwater_dev.bench.connectors.pinned_gateway import (
     lost,
     spooled,
 )
-from headwater_dev.bench.connectors.sources import IN_FLIGHT, opcua_server
+from headwater_dev.bench.connectors.sources import IN_FLIGHT, opcua_server, quiet
 from headwater_dev.bench.report import machine, machine_line
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.modbus_device import ModbusDevice
@@ -92,7 +92,10 @@ async def _publish_steadily(port: int, rate: float, until: float) -> int:
     payload = json.dumps({"temp_c": 21.5, "pad": "x" * 64}).encode()
     batch = max(1, round(rate * PUBLISH_PERIOD_S))
     published = 0
-    async with aiomqtt.Client("127.0.0.1", port, max_inflight_messages=IN_FLIGHT) as client:
+    client = aiomqtt.Client(
+        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=quiet("bench.soak.publisher")
+    )
+    async with client:
         due = time.monotonic()
         while time.monotonic() < until:
             await asyncio.gather(*(

@@ -32,7 +32,7 @@ READY_S = 120.0
 WORK_S = 900.0
 
 
-def _quiet(name: str) -> logging.Logger:
+def quiet(name: str) -> logging.Logger:
     """A logger that says errors only.
 
     aiomqtt warns for every publish waiting on the in-flight window, asyncua that a server
@@ -84,7 +84,7 @@ async def _publisher(port: int, first: int, count: int, ready: Any, go: Any, don
 
     payload = json.dumps({"temp_c": 21.5, "pad": "x" * 64}).encode()
     client = aiomqtt.Client(
-        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=_quiet("bench.publisher")
+        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=quiet("bench.publisher")
     )
     async with client as publisher:
         ready.put(first)
@@ -147,7 +147,7 @@ async def _opcua_server(port: int, items: int, conn: Connection) -> None:
     """Serve ``items`` Doubles; write rounds of changes when asked, until told to stop."""
     from headwater_dev.edge.opcua_server import PressServer
 
-    _quiet("asyncua")
+    quiet("asyncua")
     server = PressServer(port)
     await server.start(variables=items)
     try:
