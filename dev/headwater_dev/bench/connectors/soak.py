@@ -33,7 +33,7 @@ from headwater_dev.bench.connectors.pinned_gateway import (
     lost,
     spooled,
 )
-from headwater_dev.bench.connectors.sources import IN_FLIGHT, opcua_server, quiet
+from headwater_dev.bench.connectors.sources import IN_FLIGHT, WORK_S, opcua_server, quiet
 from headwater_dev.bench.report import machine, machine_line
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.edge.modbus_device import ModbusDevice
@@ -180,7 +180,8 @@ async def _soak(
     writes = round(opts.opcua_rate * opts.seconds)
     published, written_s, samples = await asyncio.gather(
         _publish_steadily(mqtt_port, opts.mqtt_rate, until),
-        opcua.write(writes, opts.opcua_rate),
+        # Paced over the whole soak: bounded by it, not by a phase's WORK_S.
+        opcua.write(writes, opts.opcua_rate, opts.seconds + WORK_S),
         _sample_rss(gateway, opts.sample_every_s, until, started),
     )
     seconds = time.monotonic() - started

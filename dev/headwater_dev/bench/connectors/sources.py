@@ -181,11 +181,14 @@ class OpcUaServer:
     def __init__(self, child: BaseProcess, conn: Connection, url: str, items: int) -> None:
         self._child, self._conn, self.url, self.items = child, conn, url, items
 
-    async def write(self, values: int, rate: float) -> float:
-        """Write ``values`` changes over the items, at most ``rate`` a second; the seconds."""
+    async def write(self, values: int, rate: float, within_s: float = WORK_S) -> float:
+        """Write ``values`` changes over the items, at most ``rate`` a second; the seconds.
+
+        RuntimeError when the writes took longer than ``within_s``.
+        """
         self._conn.send(("write", values, rate))
         answer = functools.partial(_answer, self._conn)
-        seconds: float = await _receive(answer, [self._child], WORK_S, "its writes")
+        seconds: float = await _receive(answer, [self._child], within_s, "its writes")
         return seconds
 
 
