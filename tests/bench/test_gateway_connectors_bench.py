@@ -57,6 +57,8 @@ def test_each_connector_reports_and_every_value_is_acked(kafka_bootstrap: str) -
         assert figures["connector_errors"] == 0, name
         assert figures["acked_per_s"] > 0 and figures["seconds"] > 0, name
         assert figures["gateway_cpu_us_per_value"] >= 0, name
+        assert 0 <= figures["gateway_core_busy_share"] <= 1, name
+        assert 0 <= figures["machine_busy_share"] <= 1, name
         # One gateway process on one core.
         assert figures["gateway_cpus_allowed"] == str(report["options"]["cpu"]), name
     modbus = connectors["modbus"]

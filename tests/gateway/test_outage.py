@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from headwater.gateway import NewMessage
 from headwater.gateway.client import DeliveryReport, GatewayClient
 from headwater.gateway.config import GatewayConfig
-from headwater.gateway.spool import Spool
+from headwater.gateway.spool import Spool, SpoolLimits
 from headwater.proto.device.v1 import device_message_pb2
 from tests.support.faultproxy import FaultProxy
 from tests.support.waiting import until
@@ -27,10 +28,13 @@ from .conftest import CT, TOKENS, config, kafka_copies
 
 OUTAGE_S = 10.0
 DEVICES = 3
-#: The issue's outage at its rate, shortened to a bounded run on demand (the figure is in
-#: docs/benchmarks.md, "Gateway: ingest outage").
-LONG_OUTAGE_S = 120.0
+#: The long outage at the issue's rate, on demand (the figures are in docs/benchmarks.md,
+#: "Gateway: ingest outage"): 120 s unless HEADWATER_OUTAGE_S says otherwise (the issue's
+#: outage is 600 s).
+LONG_OUTAGE_S = float(os.environ.get("HEADWATER_OUTAGE_S", "120"))
 LIVE_RATE = 1000
+#: The backlog's drain, and finding every message in Kafka after, on top of the outage.
+LONG_OUTAGE_SLACK_S = 900
 
 
 async def test_ingest_stopped_then_restarted_on_its_port_gets_every_message(
@@ -127,13 +131,14 @@ async def _spool_live(
 
 
 @pytest.mark.figures
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(LONG_OUTAGE_S + LONG_OUTAGE_SLACK_S)
 async def test_a_long_outage_at_a_thousand_values_a_second_loses_nothing(
     start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
 ) -> None:
     """LONG_OUTAGE_S without ingest while LIVE_RATE values/s keep coming, with the settings
-    ``headwater gateway run`` uses (backoff up to 30 s): all arrive, and the backlog drains
-    at a multiple of the live rate. Prints the figures."""
+    ``headwater gateway run`` uses (backoff up to 30 s) and its spool's default bound: all
+    arrive, none is dropped or expired to make room, and the backlog drains at a multiple
+    of the live rate. Prints the figures."""
     first = await start_ingest(ingest_settings)
     port = first.server.port
     prefix = f"acme-long{time.time_ns() % 10**6}"
@@ -145,7 +150,8 @@ async def test_a_long_outage_at_a_thousand_values_a_second_loses_nothing(
             first_ok_after.append(time.monotonic() - back_at)
 
     back_at = 0.0
-    with Spool(tmp_path / "spool.db") as spool:
+    limits = SpoolLimits()
+    with Spool(tmp_path / "spool.db", limits) as spool:
         client = GatewayClient(spool, GatewayConfig(target=first.target, token=TOKENS["gw-a"]),
                                on_outcome)  # fmt: skip
         stop = asyncio.Event()
@@ -156,21 +162,30 @@ async def test_a_long_outage_at_a_thousand_values_a_second_loses_nothing(
             assert spool.depth < LIVE_RATE, "ingest is up: the live rate goes through"
             await first.server.stop(grace_s=1)
             await asyncio.sleep(LONG_OUTAGE_S)
-            backlog = spool.depth
+            at_return = spool.stats()
+            backlog = at_return.depth
             await start_ingest(
                 dataclasses.replace(ingest_settings, listen_address=f"127.0.0.1:{port}")
             )
             back_at = time.monotonic()
             # The backlog, with the live data still coming.
-            await until(lambda: spool.depth <= LIVE_RATE // 10, 300, "the backlog drained")
+            drain_within_s = max(300.0, LONG_OUTAGE_S)
+            await until(
+                lambda: spool.depth <= LIVE_RATE // 10, drain_within_s, "the backlog drained"
+            )
             drain_s = time.monotonic() - back_at
             live.cancel()
             assert await client.drain(within_s=60)
+            counters = spool.stats().counters
         finally:
             live.cancel()
             stop.set()
             await asyncio.wait_for(sender, 15)
             await client.close()
+    # The backlog stayed within the spool's bound: its full policy never had to act.
+    assert at_return.bytes <= limits.max_bytes
+    gone = {n: counters.get(n, 0) for n in ("dropped_oldest", "expired", "refused", "rejected")}
+    assert not any(gone.values()), gone
     copies = kafka_copies(kafka_bootstrap, "telemetry", set(sent), stop_when_all_found=True)
     assert set(copies) == set(sent), f"{len(set(sent) - set(copies))} messages lost"
     assert all(m == sent[mid] for mid, ms in copies.items() for m in ms)
@@ -186,5 +201,8 @@ async def test_a_long_outage_at_a_thousand_values_a_second_loses_nothing(
         f"backlog {backlog} at the return; first OK {first_ok_after[0]:.1f} s after ingest "
         f"was back; backlog drained in {drain_s:.1f} s ({offered / drain_s:.0f} msgs/s, "
         f"{offered / drain_s / LIVE_RATE:.1f}x the live rate); devices in Kafka in sequence "
-        f"order: {in_order} of {len(by_device)}"
+        f"order: {in_order} of {len(by_device)}; spool at the return {at_return.bytes:,} B of "
+        f"its {limits.max_bytes:,} B bound ({at_return.bytes / limits.max_bytes:.0%}), "
+        f"policy {limits.when_full}, oldest {at_return.oldest_age_s:.0f} s old (bound "
+        f"{limits.max_age_s:.0f} s); dropped/expired/refused/rejected: {gone}"
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from headwater.ingest.settings import PRODUCERS
 from headwater.runtime.signals import interrupt_on_stop
-from headwater_dev.bench.connectors.options import ConnectorsOptions
+from headwater_dev.bench.connectors.options import ConnectorsOptions, SoakOptions
 from headwater_dev.bench.faults.options import FaultsOptions
 
 
@@ -177,6 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="also print the whole report as one JSON line, last"
     )
     connectors.set_defaults(func=_gateway_connectors)
+    _register_soak(commands)
     _register_faults(commands)
     enricher = commands.add_parser(
         "enricher",
@@ -188,6 +189,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_help=False,  # --help goes to the enricher benchmark's own parser
     )
     enricher.set_defaults(func=_enricher, forward_args=True)
+
+
+def _register_soak(commands: argparse._SubParsersAction) -> None:
+    soak = commands.add_parser(
+        "gateway-soak",
+        help="the gateway process's RSS over a steady load of every connector",
+        description=(
+            "Start the embedded broker (or use --bootstrap) and the ingest server, then one "
+            "`headwater gateway run` process, pinned to one CPU (taskset), with the MQTT, "
+            "OPC UA and Modbus connectors at once against real sources on loopback: QoS 1 "
+            "JSON messages through Mosquitto at --mqtt-rate, data changes of asyncua's server "
+            "(its own process) at --opcua-rate, pymodbus's server polled. Samples the "
+            "gateway's RSS every --sample-every seconds for --seconds, then stops the sources "
+            "and waits until ingest acknowledged every value. Prints the RSS figures against "
+            "issue 39's bound (flat within 10 MB either side after the warm-up) and the "
+            "gateway's CPU. See docs/benchmarks.md, Gateway: memory soak."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    defaults = SoakOptions()
+    for flag, default, text in (
+        ("--seconds", defaults.seconds, "how long the load runs (and RSS is sampled)"),
+        ("--mqtt-rate", defaults.mqtt_rate, "MQTT values (QoS 1 messages) per second"),
+        ("--opcua-rate", defaults.opcua_rate, "OPC UA data changes per second"),
+        ("--modbus-interval", defaults.modbus_interval_s, "seconds between Modbus polls"),
+        ("--sample-every", defaults.sample_every_s, "seconds between RSS samples"),
+        ("--warmup", defaults.warmup_s, "seconds of start-up before RSS is judged"),
+        ("--drain-timeout", defaults.drain_timeout_s, "longest wait for the last acks"),
+    ):
+        soak.add_argument(flag, type=_positive_float, default=default, help=text)
+    for flag, default, text in (
+        ("--opcua-items", defaults.opcua_items, "OPC UA monitored items"),
+        ("--modbus-registers", defaults.modbus_registers, "Modbus holding registers per poll"),
+    ):
+        soak.add_argument(flag, type=_positive, default=default, help=text)
+    soak.add_argument(
+        "--cpu", type=int, help="the gateway's CPU (default: the highest this process may use)"
+    )
+    soak.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
+    soak.add_argument(
+        "--json", action="store_true", help="also print the whole report as one JSON line, last"
+    )
+    soak.set_defaults(func=_gateway_soak)
 
 
 def _register_faults(commands: argparse._SubParsersAction) -> None:
@@ -413,6 +457,30 @@ def _gateway_connectors(args: argparse.Namespace) -> int:
     )
     report = asyncio.run(run_connectors_benchmark(opts, args.bootstrap))
     print_connectors(report)
+    if args.json:
+        print(json.dumps(report, separators=(",", ":")))
+    return 0
+
+
+def _gateway_soak(args: argparse.Namespace) -> int:
+    interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
+    from headwater_dev.bench.connectors.soak import print_report as print_soak
+    from headwater_dev.bench.connectors.soak import run_soak
+
+    opts = SoakOptions(
+        seconds=args.seconds,
+        mqtt_rate=args.mqtt_rate,
+        opcua_items=args.opcua_items,
+        opcua_rate=args.opcua_rate,
+        modbus_registers=args.modbus_registers,
+        modbus_interval_s=args.modbus_interval,
+        sample_every_s=args.sample_every,
+        warmup_s=args.warmup,
+        drain_timeout_s=args.drain_timeout,
+        cpu=args.cpu,
+    )
+    report = asyncio.run(run_soak(opts, args.bootstrap))
+    print_soak(report)
     if args.json:
         print(json.dumps(report, separators=(",", ":")))
     return 0

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from headwater_dev.bench.connectors.machine_busy import busy_share, cpu_ticks
 from headwater_dev.bench.connectors.pinned_gateway import PinnedGateway, delivered, lost, spooled
 from headwater_dev.bench.connectors.poll_lateness import poll_lateness
 from headwater_dev.bench.connectors.sources import OpcUaServer, mqtt_publishers
@@ -33,13 +34,14 @@ READY_S = 120.0
 
 def _figures(
     gateway: PinnedGateway, connector: str, offered: int, measured: int, seconds: float,
-    cpu_s: float, final: dict[str, Any], per_message: int = 1,
+    cpu_s: float, ticks: dict[str, tuple[int, int]], final: dict[str, Any], per_message: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     """The figures every phase reports, from its last health report ``final``.
 
-    ``measured`` values took ``seconds`` and ``cpu_s``; ``offered`` values in all (the
-    warm-up included) went in at the edge.
+    ``measured`` values took ``seconds`` and ``cpu_s``; ``ticks`` are the CPUs' at the
+    start; ``offered`` values in all (the warm-up included) went in at the edge.
     """
+    now = cpu_ticks()
     return {
         "values_offered": offered,
         "values_spooled": spooled(final, connector),
@@ -50,6 +52,9 @@ def _figures(
         "acked_per_s": round(measured / seconds),
         "gateway_cpu_us_per_value": round(cpu_s * 1e6 / measured, 1),
         "gateway_cpu_share": round(cpu_s / seconds, 2),
+        # Who set the pace: the gateway's core busy all along, or the machine's cores.
+        "gateway_core_busy_share": busy_share(ticks, now, f"cpu{gateway.cpu}"),
+        "machine_busy_share": busy_share(ticks, now, "cpu"),
         "gateway_cpus_allowed": gateway.cpus_allowed(),
         # A reconnect in the phase shows here (and OPC UA marks the gap in the data).
         "connector_errors": final["connectors"][connector]["errors_total"],
@@ -61,20 +66,21 @@ async def _when_acked(
     connector: str,
     total: int,
     measured: int,
-    since: tuple[float, float],
+    since: tuple[float, float, dict[str, tuple[int, int]]],
     within_s: float,
 ) -> dict[str, Any]:
     """Wait until ingest acknowledged ``total`` values; the phase's figures from ``since``.
 
-    ``since``: the phase's start (``perf_counter``) and the gateway's CPU seconds then.
+    ``since``: the phase's start (``perf_counter``), the gateway's CPU seconds and the
+    CPUs' ticks then.
     """
     final = await gateway.wait_for(
         lambda r: delivered(r) >= total, within_s, f"{total} {connector} values acked"
     )
-    started, cpu = since
+    started, cpu, ticks = since
     seconds = time.perf_counter() - started
     return _figures(
-        gateway, connector, total, measured, seconds, gateway.cpu_seconds() - cpu, final
+        gateway, connector, total, measured, seconds, gateway.cpu_seconds() - cpu, ticks, final
     )
 
 
@@ -89,12 +95,9 @@ async def mqtt(
         await warmup.go()
     await gateway.wait_for(lambda r: delivered(r) >= MQTT_WARMUP, READY_S, "warm-up acked")
     async with mqtt_publishers(port, values, publishers) as load:
-        cpu = gateway.cpu_seconds()
-        started = time.perf_counter()
+        since = (time.perf_counter(), gateway.cpu_seconds(), cpu_ticks())
         published_s = await load.go()
-    figures = await _when_acked(
-        gateway, "mqtt", MQTT_WARMUP + values, values, (started, cpu), within_s
-    )
+    figures = await _when_acked(gateway, "mqtt", MQTT_WARMUP + values, values, since, within_s)
     figures["warmup_values"] = MQTT_WARMUP
     figures["publishers"] = publishers
     figures["offered_per_s"] = round(values / published_s)
@@ -112,10 +115,9 @@ async def opcua(
     await gateway.wait_for(
         lambda r: delivered(r) >= items, READY_S, f"the {items} items' initial values acked"
     )
-    cpu = gateway.cpu_seconds()
-    started = time.perf_counter()
+    since = (time.perf_counter(), gateway.cpu_seconds(), cpu_ticks())
     written_s = await server.write(values, rate)
-    figures = await _when_acked(gateway, "opcua", items + values, values, (started, cpu), within_s)
+    figures = await _when_acked(gateway, "opcua", items + values, values, since, within_s)
     figures["initial_values"] = items
     figures["items"] = items
     figures["offered_per_s"] = round(values / written_s)
@@ -133,6 +135,7 @@ async def modbus(
     await gateway.wait_for(lambda r: delivered(r) >= 1, READY_S, "the first Modbus poll acked")
     first = len(poll_starts_ms)
     cpu = gateway.cpu_seconds()
+    ticks = cpu_ticks()
     started = time.perf_counter()
     final = await gateway.wait_for(
         lambda r: len(poll_starts_ms) >= first + polls and delivered(r) >= first + polls,
@@ -150,7 +153,9 @@ async def modbus(
     )
     # A poller offers what it reads: every value spooled.
     read = spooled(final, "modbus")
-    figures = _figures(gateway, "modbus", read, polls * registers, seconds, cpu_s, final, registers)
+    figures = _figures(
+        gateway, "modbus", read, polls * registers, seconds, cpu_s, ticks, final, registers
+    )
     timed = poll_starts_ms[first : first + polls]
     figures.update(
         registers=registers,

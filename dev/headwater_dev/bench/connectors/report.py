@@ -76,7 +76,9 @@ def targets(connectors: dict[str, Any], opts: Any) -> list[dict[str, Any]]:
         )
         add(
             f"{name}: gateway CPU per value (gateway on CPU {figures['gateway_cpus_allowed']})",
-            f"{figures['gateway_cpu_us_per_value']} µs ({figures['gateway_cpu_share']} of a core)",
+            f"{figures['gateway_cpu_us_per_value']} µs ({figures['gateway_cpu_share']} of a core; "
+            f"its core busy {figures['gateway_core_busy_share']:.0%}, the machine's cores "
+            f"{figures['machine_busy_share']:.0%})",
             None,
         )
     return out

@@ -32,7 +32,7 @@ READY_S = 120.0
 WORK_S = 900.0
 
 
-def _quiet(name: str) -> logging.Logger:
+def quiet(name: str) -> logging.Logger:
     """A logger that says errors only.
 
     aiomqtt warns for every publish waiting on the in-flight window, asyncua that a server
@@ -84,7 +84,7 @@ async def _publisher(port: int, first: int, count: int, ready: Any, go: Any, don
 
     payload = json.dumps({"temp_c": 21.5, "pad": "x" * 64}).encode()
     client = aiomqtt.Client(
-        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=_quiet("bench.publisher")
+        "127.0.0.1", port, max_inflight_messages=IN_FLIGHT, logger=quiet("bench.publisher")
     )
     async with client as publisher:
         ready.put(first)
@@ -147,7 +147,7 @@ async def _opcua_server(port: int, items: int, conn: Connection) -> None:
     """Serve ``items`` Doubles; write rounds of changes when asked, until told to stop."""
     from headwater_dev.edge.opcua_server import PressServer
 
-    _quiet("asyncua")
+    quiet("asyncua")
     server = PressServer(port)
     await server.start(variables=items)
     try:
@@ -181,11 +181,14 @@ class OpcUaServer:
     def __init__(self, child: BaseProcess, conn: Connection, url: str, items: int) -> None:
         self._child, self._conn, self.url, self.items = child, conn, url, items
 
-    async def write(self, values: int, rate: float) -> float:
-        """Write ``values`` changes over the items, at most ``rate`` a second; the seconds."""
+    async def write(self, values: int, rate: float, within_s: float = WORK_S) -> float:
+        """Write ``values`` changes over the items, at most ``rate`` a second; the seconds.
+
+        RuntimeError when the writes took longer than ``within_s``.
+        """
         self._conn.send(("write", values, rate))
         answer = functools.partial(_answer, self._conn)
-        seconds: float = await _receive(answer, [self._child], WORK_S, "its writes")
+        seconds: float = await _receive(answer, [self._child], within_s, "its writes")
         return seconds
 
 
