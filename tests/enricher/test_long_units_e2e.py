@@ -95,11 +95,15 @@ def test_readings_with_200_kb_units_each_end_once_and_hold_no_one_back(
 
     started = time.monotonic()
     others: list[Msg] = []
-    for s, start in enumerate(range(0, LONG, SLICE), start=1):
+    largest = []  # the largest worker's resident MiB after each tenth of the long units
+    slices = range(0, LONG, SLICE)
+    for s, start in enumerate(slices, start=1):
         batch = [Msg(f"o{d}-{s}", f"other-{d}", ACME, acme(21.0, 41.0), s) for d in range(OTHERS)]
         ingest(kafka_bootstrap, topics, _long_units(start) + batch)
         others += batch
         reader.poll(0)
+        if s % max(1, len(slices) // 10) == 0:
+            largest.append(spark_memory(spark)["largest_worker_rss_mib"])
     sent_s = time.monotonic() - started
     wanted = {f"long-{i}" for i in range(LONG)} | {m.message_id for m in others}
     reader.until(all_done(wanted), 1200, alive(q))
@@ -142,6 +146,7 @@ def test_readings_with_200_kb_units_each_end_once_and_hold_no_one_back(
         f"\nlong units e2e: {LONG} x 200 KB units and {len(others)} others, sent in "
         f"{sent_s:.1f} s, all completed {elapsed:.1f} s after the first was sent; "
         f"{len(durations)} batches (longest {durations[-1] / 1000:.1f} s); others completed "
-        f"{dict(later)} batches after the one that read them; memory before {before}, after {after}"
+        f"{dict(later)} batches after the one that read them; memory before {before}, after "
+        f"{after}; the largest worker while sending (MiB, each tenth): {largest}"
     )
     reader.close()
