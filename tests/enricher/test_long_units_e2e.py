@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SCALE = int(os.environ.get("HEADWATER_TEST_UNITS_SCALE", "1"))
 #: Messages with a 200 KB unit: a handful in the main suite, else SCALE x the issue's 1,500.
 LONG = 6 if SCALE == 1 else 1_500 * SCALE
-#: Their devices (both partitions of the ingest topic get some).
+#: Their devices (spread over the ingest topic's partitions by key).
 LONG_DEVICES = 3
 #: Produced at once, then one message of each other device (the producer's queue is bounded).
 SLICE = 100
@@ -95,10 +95,13 @@ def test_readings_with_200_kb_units_each_end_once_and_hold_no_one_back(
 
     started = time.monotonic()
     others: list[Msg] = []
-    largest = []  # the largest worker's resident MiB after each tenth of the long units
+    largest: list[float] = []  # the largest worker's MiB after each tenth of the long units
     slices = range(0, LONG, SLICE)
     for s, start in enumerate(slices, start=1):
-        batch = [Msg(f"o{d}-{s}", f"other-{d}", ACME, acme(21.0, 41.0), s) for d in range(OTHERS)]
+        # Sequences after the warm-up message's (other-0's 1).
+        batch = [
+            Msg(f"o{d}-{s}", f"other-{d}", ACME, acme(21.0, 41.0), 1 + s) for d in range(OTHERS)
+        ]
         ingest(kafka_bootstrap, topics, _long_units(start) + batch)
         others += batch
         reader.poll(0)
