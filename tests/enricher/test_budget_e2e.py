@@ -33,7 +33,7 @@ from tests.support.kafkatools import (
     completions,
     ingest,
     make_topics,
-    master,
+    masters,
     outcome,
     read_all,
 )
@@ -91,8 +91,7 @@ def test_a_unit_tower_a_sparkplug_payload_at_the_limit_and_a_birth_of_new_units_
     topics = make_topics(kafka_bootstrap)
     births = [f"units-{b}" for b in range(UNIT_BIRTHS)]
     devices = ["dev-tower", "dev-spb", "dev-log", *births, *(f"dev-{i}" for i in range(OTHERS))]
-    for d in devices:
-        master(kafka_bootstrap, topics, d)
+    masters(kafka_bootstrap, topics, devices)
     # The enricher runs, warm (its Python workers have normalized a message), before the
     # poison arrives: what follows shows how long the poison holds the others.
     ingest(kafka_bootstrap, topics, [Msg("warm", "dev-0", ACME, acme(1, 2), 1)])

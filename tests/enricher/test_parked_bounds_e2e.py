@@ -24,7 +24,7 @@ from tests.support.kafkatools import (
     completions,
     ingest,
     make_topics,
-    master,
+    masters,
     outcome,
 )
 
@@ -46,8 +46,7 @@ def test_a_device_with_360_mb_waiting_for_master_data_neither_crashes_nor_holds_
     kafka_bootstrap: str, spark, running, progress_log, tmp_path
 ) -> None:
     topics = make_topics(kafka_bootstrap)
-    for d in range(OTHERS):
-        master(kafka_bootstrap, topics, f"other-{d}")
+    masters(kafka_bootstrap, topics, [f"other-{d}" for d in range(OTHERS)])
     for start in range(1, BIG + 1, 100):  # produced in slices: the producer's queue is bounded
         ingest(kafka_bootstrap, topics, [_big(s) for s in range(start, min(start + 100, BIG + 1))])
     progress = progress_log

@@ -27,10 +27,22 @@ GLOBEX = "application/vnd.globex.telemetry.v2+json"
 DBIRTH = "application/vnd.eclipse.sparkplug.b+protobuf; message-type=DBIRTH"
 
 
+#: The units each spelling combines, one prefix on each: 14^5 spellings per set, ~4,500 a
+#: birth, so the sets last ~480 births of new spellings (the first set alone lasted 119).
+UNIT_SETS = (
+    ("Pa", "g", "s", "cd", "Hz"),
+    ("Pa", "g", "s", "mol", "Hz"),
+    ("V", "g", "s", "cd", "Hz"),
+    ("A", "g", "s", "cd", "Hz"),
+)
+
+
 def distinct_spellings(skip: int = 0) -> Iterator[str]:
-    """Valid compound unit spellings, all different (14^5 of them), from the ``skip``-th on."""
+    """Valid compound unit spellings, all different (4 x 14^5 of them), from the ``skip``-th on."""
     every = (
-        f"{a}Pa*{b}g*{c}s*{d}cd*{e}Hz" for e, d, c, b, a in itertools.product(PREFIXES, repeat=5)
+        f"{a}{u[0]}*{b}{u[1]}*{c}{u[2]}*{d}{u[3]}*{e}{u[4]}"
+        for u in UNIT_SETS
+        for e, d, c, b, a in itertools.product(PREFIXES, repeat=5)
     )
     return itertools.islice(every, skip, None)
 
