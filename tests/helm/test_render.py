@@ -146,8 +146,23 @@ def test_spark_pods_are_non_root_and_sized(rendered):
             pod = spec[role]
             assert pod["podSecurityContext"]["runAsNonRoot"] is True, (name, role)
             assert pod["securityContext"]["allowPrivilegeEscalation"] is False, (name, role)
-            assert pod["cores"] >= 1 and pod["memory"], (name, role)
+            assert pod["cores"] >= 1 and pod["memory"] and pod["memoryOverhead"], (name, role)
         assert spec["executor"]["instances"] >= 1
+
+
+def test_both_runners_ask_for_the_memory_beside_the_heap():
+    """The pod's memory outside the heap (RocksDB, Arrow, the Python workers) is the
+    values' memoryOverhead whichever runner submits the enricher, not Spark's 40%."""
+    sized = {"driver": {"memoryOverhead": "640m"}, "executor": {"memoryOverhead": "3g"}}
+    app = one(render({"enricher": sized}), "SparkApplication")["spec"]
+    assert (app["driver"]["memoryOverhead"], app["executor"]["memoryOverhead"]) == ("640m", "3g")
+    submit = [
+        o for o in render({"enricher": {"runner": "sparkSubmit", **sized}}) if o["kind"] == "Job"
+        and "submit" in o["metadata"]["name"]
+    ]  # fmt: skip
+    args = pod_spec(submit[0])["containers"][0]["args"]
+    assert "spark.driver.memoryOverhead=640m" in args
+    assert "spark.executor.memoryOverhead=3g" in args
 
 
 def test_ingest_drains_before_the_pod_is_killed(rendered):

@@ -76,15 +76,12 @@ def chart_values(cluster_bootstrap: str, token: str) -> dict[str, Any]:
             "runner": "sparkSubmit",
             "startingOffsets": "earliest",
             "shufflePartitions": 3,
-            "driver": {"cores": 1, "memory": "1g"},
-            "executor": {"instances": 1, "cores": 1, "memory": "1g"},
+            "driver": {"cores": 1, "memory": "1g", "memoryOverhead": "768m"},
+            "executor": {"instances": 1, "cores": 1, "memory": "1g", "memoryOverhead": "768m"},
             # Two shared cores: ask the scheduler for less than a whole core each.
             "sparkConf": {
                 "spark.kubernetes.driver.request.cores": "200m",
                 "spark.kubernetes.executor.request.cores": "200m",
-                # Room for the Python workers beside the JVM heap within the pod's limit.
-                "spark.driver.memoryOverhead": "768m",
-                "spark.executor.memoryOverhead": "768m",
             },
         },
     }

@@ -80,9 +80,11 @@ spec:
   "spark.kubernetes.submission.waitAppCompletion" "true"
   "spark.driver.cores" ($e.driver.cores | toString)
   "spark.driver.memory" $e.driver.memory
+  "spark.driver.memoryOverhead" $e.driver.memoryOverhead
   "spark.executor.instances" ($e.executor.instances | toString)
   "spark.executor.cores" ($e.executor.cores | toString)
   "spark.executor.memory" $e.executor.memory
+  "spark.executor.memoryOverhead" $e.executor.memoryOverhead
 -}}
 {{- with .Values.imagePullSecrets }}
 {{- $_ := set $conf "spark.kubernetes.container.image.pullSecrets" (join "," (pluck "name" .)) }}
