@@ -30,7 +30,7 @@ from headwater.ingest.admission.limits import (
 from headwater.ingest.commands.service import CommandService
 from headwater.ingest.commands.settings import CommandSettings
 from headwater.ingest.metrics import IngestMetrics
-from headwater.ingest.rpc.decoding import DecodeInHandler
+from headwater.ingest.rpc.decoding import DecodingRegistrar
 from headwater.ingest.rpc.reflection import enable_reflection
 from headwater.ingest.rpc.servicer import IngestServicer
 from headwater.ingest.rpc.tls import RotatingCertificates
@@ -135,7 +135,6 @@ class IngestServer:
         # send no RetryInfo. The servicer counts its own calls and streams (admission/limits.py).
         shorten_gil_switch_interval()
         server = grpc.aio.server(
-            interceptors=[DecodeInHandler()],
             options=[
                 ("grpc.max_receive_message_length", min(s.max_request_bytes, max_message)),
                 ("grpc.keepalive_time_ms", 60_000),
@@ -158,7 +157,8 @@ class IngestServer:
                 self._servicer.stream_slot,
             )
             server.add_generic_rpc_handlers([self.commands.rpc_handler()])
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # The libraries' servicers decode in their handlers (decoding.py); ours take bytes.
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, DecodingRegistrar(server))
         # Descriptors, not names: reflection must be able to describe what it lists.
         enable_reflection(
             server,
@@ -211,8 +211,8 @@ class IngestServer:
         if not port:
             return
         host = self.settings.listen_address.rsplit(":", 1)[0]
-        server = grpc.aio.server(interceptors=[DecodeInHandler()])
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, DecodingRegistrar(server))
         self.health_port = server.add_insecure_port(f"{host}:{port}")
         await server.start()
         self._health_server = server
