@@ -118,7 +118,7 @@ def reset_peak(pid: int) -> bool:
 
 
 async def _serve(settings: IngestSettings) -> None:
-    from headwater.ingest.rpc.server import TRACE_RATIO, IngestServer
+    from headwater.ingest.rpc.server import TRACE_RATIO, IngestServer, freeze_startup_heap
     from headwater.runtime.signals import async_stop_event
     from headwater.runtime.telemetry import create_telemetry
 
@@ -126,6 +126,7 @@ async def _serve(settings: IngestSettings) -> None:
     telemetry = create_telemetry("headwater-ingest-bench", set_global=True, trace_ratio=TRACE_RATIO)
     server = IngestServer(settings, telemetry=telemetry)
     await server.start()
+    freeze_startup_heap()  # as serve() does
     stop = async_stop_event()  # SIGINT or SIGTERM, whatever was inherited
     await stop.wait()
     await server.stop(grace_s=2.0)

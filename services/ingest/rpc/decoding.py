@@ -3,33 +3,73 @@
 grpcio decodes a request with the handler's ``request_deserializer`` before (or, for a
 stream, while) the handler runs, outside its code: a DecodeError there answers UNKNOWN and
 logs a traceback, once per call. Ingest's own methods take bytes and decode them where
-they can answer in-band; the servicers of libraries (health, reflection) do not. This
-interceptor moves their decoding into the handler: a frame that is not the method's
-request ends the call with INVALID_ARGUMENT, quietly.
+they can answer in-band; the servicers of libraries (health, reflection) do not. They are
+registered through :class:`DecodingRegistrar`, which moves their decoding into the
+handler: a frame that is not the method's request ends the call with INVALID_ARGUMENT,
+quietly.
+
+At registration, not in a server interceptor: with any interceptor, grpc.aio runs the
+interceptor chain (coroutines, a partial, the lookup through them) on every call, ingest's
+own single-message calls too (issue 40).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 
 
-class DecodeInHandler(grpc.aio.ServerInterceptor):
-    """Wraps every method handler that has a request deserializer (see the module docstring)."""
+class DecodingRegistrar:
+    """Registers a library's handlers on ``server``, each decoding its requests itself.
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        """The method's handler, decoding its requests itself if it has a deserializer."""
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        return _decoding(handler)
+    Takes the two registration calls that generated ``add_*Servicer_to_server`` functions
+    make; pass it in place of the server.
+    """
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Register generic handlers whose methods decode in the handler."""
+        self._server.add_generic_rpc_handlers([_DecodingHandler(h) for h in handlers])
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Register a service's method handlers, each decoding in the handler."""
+        self._server.add_registered_method_handlers(
+            service, {name: decoding(h) for name, h in handlers.items()}
+        )
+
+
+class _DecodingHandler(grpc.GenericRpcHandler):
+    """A generic handler whose methods decode in the handler (each wrapped once)."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+        self._inner = inner
+        #: Only methods the inner handler serves: a caller's unknown names are not kept.
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        """The inner handler's handler of the method, decoding its requests itself."""
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = self._inner.service(handler_call_details)
+            if handler is None:
+                return None
+            wrapped = self._wrapped[method] = decoding(handler)
+        return wrapped
+
+
+def decoding(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """The same handler, taking bytes and decoding them itself (as is if it takes bytes)."""
+    if handler.request_deserializer is None:
+        return handler
+    return _decoding(handler)
 
 
 async def _decode(decode: Callable[[bytes], Any], raw: bytes, context: Any) -> Any:

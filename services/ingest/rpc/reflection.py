@@ -20,7 +20,9 @@ from collections.abc import Iterable
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import ServiceDescriptor
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+
+from headwater.ingest.rpc.decoding import DecodingRegistrar
 
 V1ALPHA_SERVICE_NAME = reflection.SERVICE_NAME
 V1_PACKAGE = "grpc.reflection.v1"
@@ -67,14 +69,16 @@ def enable_reflection(server: grpc.aio.Server, services: Iterable[ServiceDescrip
     names = [service.full_name for service in services]
     names += [V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME]
     servicer = reflection.aio.ReflectionServicer(names, pool=pool)
-    # v1alpha through grpcio's own registration; v1 through a generic handler with the
-    # same (wire-identical) message classes.
-    reflection.enable_server_reflection(names, server, pool=pool)
+    # Both decode their requests in the handler (decoding.py). v1alpha through grpcio's
+    # generated registration; v1 through a generic handler with the same (wire-identical)
+    # message classes.
+    registrar = DecodingRegistrar(server)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, registrar)
     v1 = grpc.stream_stream_rpc_method_handler(
         servicer.ServerReflectionInfo,
         request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
         response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
     )
-    server.add_generic_rpc_handlers(
+    registrar.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler(V1_SERVICE_NAME, {"ServerReflectionInfo": v1})]
     )
