@@ -13,6 +13,7 @@ Figures are printed (pytest -s) and kept in docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ from headwater.gateway.client import GatewayClient
 from headwater.gateway.spool import Spool
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.writability import FAILING_AFTER_S, INTERVAL_S
+from headwater.ingest.writers.confluent_writer import ConfluentWriter
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -140,6 +142,19 @@ def lines(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRec
     return [r for r in caplog.records if r.getMessage().startswith(message)]
 
 
+def not_recovered(running: RunningIngest, load: Load, led: set[int]) -> str:
+    """Why no OK came on ``led``: what the load reached and the producer's own state."""
+    reached = sorted({p for _, p in load.ledger.ok_at})
+    writer = running.server.writer
+    assert isinstance(writer, ConfluentWriter)
+    state = writer.producer_state({f"{TOPIC}[{p}]" for p in range(3)})
+    return (
+        f"ingest never recovered: no OK on partitions {sorted(led)} within {FAULT_WINDOW_S}s "
+        f"of the kill; the raw calls were ever answered OK on partitions {reached}; spool "
+        f"{load.spool.stats().counters}; the producer: {json.dumps(state)}"
+    )
+
+
 async def test_leader_killed_under_load_loses_nothing(
     on_cluster, cluster, tmp_path, caplog
 ) -> None:
@@ -158,7 +173,9 @@ async def test_leader_killed_under_load_loses_nothing(
                 await asyncio.to_thread(cluster.leader_of, TOPIC, 0, FAULT_WINDOW_S, leader)
                 elected_s = time.monotonic() - killed_at
                 while load.first_ok_on(led, killed_at + elected_s) is None:
-                    assert time.monotonic() - killed_at < FAULT_WINDOW_S, "ingest never recovered"
+                    assert time.monotonic() - killed_at < FAULT_WINDOW_S, not_recovered(
+                        on_cluster, load, led
+                    )
                     await asyncio.sleep(0.2)
                 await asyncio.sleep(AFTER_OK_S)
             finally:
@@ -181,12 +198,15 @@ async def test_leader_killed_under_load_loses_nothing(
     before = [took for end, took, _ in timeline if end < killed_at]
     around = [took for end, took, _ in timeline if killed_at <= end < killed_at + 30]
     failed = sum(1 for _, _, code in load.ledger.calls if code in RETRIABLE_CALL)
+    assert isinstance(on_cluster.server.writer, ConfluentWriter)
+    producer = on_cluster.server.writer.producer_state(set())
     print(
         f"\nleader of {TOPIC} partitions {sorted(led)} (node {leader.node_id}) SIGKILLed: new "
         f"leader after {elected_s:.1f}s; no OK on those partitions for {no_ok_s:.1f}s; call "
         f"p99 {p99(before):.2f}s before, {p99(around):.2f}s in the 30 s after the kill; "
         f"{len(load.ledger.acked)} raw OKs and {len(load.spooled)} spooled, 0 lost, 0 altered; "
-        f"{failed} calls failed retriably"
+        f"{failed} calls failed retriably; the idempotent producer {producer['idemp_state']}, "
+        f"{producer['epoch_cnt']} epoch bump(s)"
     )
     # The target of issue 36: no OK for at most the election time + 2 s.
     assert no_ok_s < elected_s + 2 + 3  # + 3 s of scheduling slack on the shared cores
