@@ -46,6 +46,7 @@ from tests.support.ingest_ledger import (
     publish,
     recover,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.cluster
 
@@ -53,6 +54,8 @@ pytestmark = pytest.mark.cluster
 PRODUCE_TIMEOUT_S = IngestSettings.produce_timeout_seconds
 CALL_DEADLINE_S = 12.0
 CALLERS = 6
+#: Partitions of each ingest topic on the cluster (3 replicas each): each node leads one.
+PARTITIONS = 3
 #: Bounds of the traffic around a fault.
 BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
 #: How soon the write health must follow the writes: a look, plus slack for 2 shared cores.
@@ -64,7 +67,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 @pytest.fixture
 def cluster_ingest_topics(cluster: BrokerCluster) -> None:
     """The ingest topics on the cluster: 3 partitions, 3 replicas (each node leads one)."""
-    ensure_topics(cluster.bootstrap_servers, [TopicSpec(t, 3, 3) for t in INGEST_TOPICS.values()])
+    specs = [TopicSpec(t, PARTITIONS, 3) for t in INGEST_TOPICS.values()]
+    ensure_topics(cluster.bootstrap_servers, specs)
 
 
 def settings_for(bootstrap: str, tokens_file: Path) -> IngestSettings:
@@ -93,7 +97,8 @@ class Load:
 
     def __init__(self, running: RunningIngest, spool: Spool) -> None:
         self.running, self.spool = running, spool
-        self.ledger = Ledger()
+        # Raw calls reach every partition, so one that stops answering OK shows.
+        self.ledger = Ledger(partitions=PARTITIONS)
         self.spooled: set[str] = set()
         self.stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -126,6 +131,10 @@ class Load:
         self.stop.set()
         await asyncio.wait_for(asyncio.gather(*self._tasks), CALL_DEADLINE_S + 30)
 
+    def partitions_ok(self) -> set[int]:
+        """The partitions on which a raw call's message was answered OK."""
+        return {p for _, p in self.ledger.ok_at}
+
     def first_ok_on(self, partitions: set[int], after: float) -> float | None:
         """Seconds from ``after`` to the first message answered OK on one of ``partitions``."""
         times = [t for t, p in self.ledger.ok_at if p in partitions and t > after]
@@ -144,10 +153,10 @@ def lines(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRec
 
 def not_recovered(running: RunningIngest, load: Load, led: set[int]) -> str:
     """Why no OK came on ``led``: what the load reached and the producer's own state."""
-    reached = sorted({p for _, p in load.ledger.ok_at})
+    reached = sorted(load.partitions_ok())
     writer = running.server.writer
     assert isinstance(writer, ConfluentWriter)
-    state = writer.producer_state({f"{TOPIC}[{p}]" for p in range(3)})
+    state = writer.producer_state({f"{TOPIC}[{p}]" for p in range(PARTITIONS)})
     return (
         f"ingest never recovered: no OK on partitions {sorted(led)} within {FAULT_WINDOW_S}s "
         f"of the kill; the raw calls were ever answered OK on partitions {reached}; spool "
@@ -166,8 +175,13 @@ async def test_leader_killed_under_load_loses_nothing(
             load.start(gateway)
             try:
                 await asyncio.sleep(BEFORE_S)
+                # Else "no OK on the dead leader's partitions" would measure nothing.
+                everywhere = set(range(PARTITIONS))
+                await until(
+                    lambda: load.partitions_ok() == everywhere, 30, "raw OKs on every partition"
+                )
                 leader = cluster.leader_of(TOPIC, 0)
-                led = {p for p in range(3) if cluster.leader_of(TOPIC, p) is leader}
+                led = {p for p in range(PARTITIONS) if cluster.leader_of(TOPIC, p) is leader}
                 killed_at = time.monotonic()
                 await asyncio.to_thread(leader.kill)
                 await asyncio.to_thread(cluster.leader_of, TOPIC, 0, FAULT_WINDOW_S, leader)
