@@ -13,6 +13,7 @@ Figures are printed (pytest -s) and kept in docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -29,6 +30,7 @@ from headwater.gateway.spool import Spool
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.writability import FAILING_AFTER_S, INTERVAL_S
 from headwater.ingest.writers.confluent_writer import ConfluentWriter
+from headwater.ingest.writers.producer_stats import STALLED_AFTER_S
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -60,6 +62,9 @@ PARTITIONS = 3
 BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
 #: How soon the write health must follow the writes: a look, plus slack for 2 shared cores.
 HEALTH_WITHIN_S = FAILING_AFTER_S + 2 * INTERVAL_S + 15
+#: The confluent writer's lines when a partition stalls and when it takes writes again.
+STALLED = "a Kafka partition has taken none of ingest's writes"
+UNSTALLED = "a stalled Kafka partition takes ingest's writes again"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -234,6 +239,11 @@ async def test_leader_killed_under_load_loses_nothing(
     assert not [r for r in told if r.writes_failing], [r.reason for r in told]  # type: ignore[attr-defined]
 
 
+def named_in(caplog: pytest.LogCaptureFixture, message: str) -> set[str]:
+    """The partitions named by the writer's lines that start with ``message``."""
+    return {name for r in lines(caplog, message) for name in r.partitions}  # type: ignore[attr-defined]
+
+
 async def health_of(running: RunningIngest, service: str) -> int:
     stub = health_pb2_grpc.HealthStub(running.channel)
     return (await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)).status
@@ -252,7 +262,7 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     on_cluster, cluster, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="headwater.ingest")
-    ledger = Ledger()
+    ledger = Ledger(partitions=PARTITIONS)
     assert (await publish(on_cluster, ledger, CALL_DEADLINE_S))[0] == grpc.StatusCode.OK
     assert await health_of(on_cluster, SERVICE_NAME) == SERVING
     leader = cluster.leader_of(TOPIC, 0)
@@ -265,8 +275,41 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     calls = asyncio.gather(
         *(publish(on_cluster, ledger, d) for d in (2.0, 5.0, CALL_DEADLINE_S, CALL_DEADLINE_S))
     )
-    not_serving_s = await health_becomes(on_cluster, NOT_SERVING, HEALTH_WITHIN_S)
-    outcomes = await calls
+    # And callers that go on calling, so that records wait for every partition all along:
+    # longer than an election with none acknowledged, the writer tells a stall.
+    every_partition = {f"{TOPIC}[{p}]" for p in range(PARTITIONS)}
+    writer = on_cluster.server.writer
+    assert isinstance(writer, ConfluentWriter)
+    writer_state = functools.partial(writer.producer_state, every_partition)
+    stop, kept = asyncio.Event(), []
+    callers = [
+        asyncio.create_task(call_until(stop, on_cluster, ledger, kept, after_s=i * 3.0))
+        for i in range(3)
+    ]
+    try:
+        not_serving_s = await health_becomes(on_cluster, NOT_SERVING, HEALTH_WITHIN_S)
+        # Each partition is told when its own records have waited long enough.
+        try:
+            await until(
+                lambda: every_partition <= named_in(caplog, STALLED),
+                STALLED_AFTER_S + 30,
+                "every partition told stalled",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the producer: {json.dumps(writer_state())}") from None
+    finally:
+        stop.set()
+        await asyncio.gather(*callers)
+    outcomes = [*await calls, *kept]
+    stalls = lines(caplog, STALLED)
+    stalled = named_in(caplog, STALLED)
+    for stall in stalls:
+        state = stall.producer  # type: ignore[attr-defined]
+        assert state["idemp_state"] == "Assigned", state
+        assert all(state["brokers"][str(n.node_id)]["state"] != "UP" for n in lost), state
+        for name in stall.partitions:  # type: ignore[attr-defined]
+            p = state["partitions"][name]
+            assert p["msgq_cnt"] + p["xmit_msgq_cnt"] + p["msgs_inflight"] > 0, (name, state)
     # The process itself stays SERVING: the probes never restart a pod for a broker outage.
     assert await health_of(on_cluster, "") == SERVING
     told = lines(caplog, "Kafka cannot take some or all of ingest's writes")
@@ -287,13 +330,35 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     recovered_s = await recover(on_cluster, ledger)
     serving_s = await health_becomes(on_cluster, SERVING, HEALTH_WITHIN_S)
     assert lines(caplog, "Kafka takes ingest's writes again")
+    # The recovering calls wrote to every partition: each stalled one said it took writes.
+    await until(lambda: stalled <= named_in(caplog, UNSTALLED), 15, "every one told back")
     print(
         f"\ntwo of three down: {len(outcomes)} calls, none OK (answers: {codes}); write health "
         f"NOT_SERVING {not_serving_s:.1f}s after the kill ({reason}); one node started again: "
         f"OK {time.monotonic() - back_at:.1f}s later (calls retried for {recovered_s:.1f}s), "
-        f"SERVING {serving_s:.1f}s after that OK"
+        f"SERVING {serving_s:.1f}s after that OK; the writer told {len(stalls)} stall line(s) "
+        f"for {sorted(stalled)} (idempotent producer {state['idemp_state']}, "
+        f"{state['epoch_cnt']} epoch bump(s))"
     )
     await assert_acked_are_in_kafka(cluster.bootstrap_servers, ledger)
+
+
+async def call_until(
+    stop: asyncio.Event,
+    running: RunningIngest,
+    ledger: Ledger,
+    outcomes: list[tuple[grpc.StatusCode, list]],
+    after_s: float,
+) -> None:
+    """Call (and record the answer) until ``stop``, the first call ``after_s`` from now.
+
+    Callers started a few seconds apart keep records waiting at every moment, each call
+    lasting the produce timeout while the cluster takes no writes.
+    """
+    await asyncio.sleep(after_s)  # staggering the callers, not waiting for a condition
+    while not stop.is_set():
+        outcomes.append(await publish(running, ledger, CALL_DEADLINE_S))
+        await asyncio.sleep(0.2)  # a gateway's backoff
 
 
 def ok_rate(ledger: Ledger, start: float, end: float) -> float:
