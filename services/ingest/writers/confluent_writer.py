@@ -133,6 +133,12 @@ class ConfluentWriter:
         # Security, client.id, acks=all, idempotence and the shared partitioner (Java's and
         # aiokafka's key hashing, so a device keeps its partition across clients).
         conf = s.producer_config("headwater-ingest") | {
+            # The produce timeout, though an election takes about as long: a record that
+            # times out queued makes the idempotent producer drain its requests in flight
+            # and bump its epoch, which costs milliseconds and stalls no partition (one bump
+            # per leader kill, writes back at the election's end: docs/benchmarks.md). A
+            # longer timeout would keep records, and the bytes admission counts for them,
+            # past the call's answer, and write them after the gateway was told to resend.
             "message.timeout.ms": int(self._timeout_s * 1000),
             "message.max.bytes": 2 * 1024 * 1024,
             "queue.buffering.max.kbytes": max(1, -(-self._queue_limits[0] // 1024)),
