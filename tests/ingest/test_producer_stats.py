@@ -94,13 +94,23 @@ def test_an_election_long_wait_is_no_stall():
     assert not any(stalled for stalled, _ in answers)
 
 
-def test_a_look_with_nothing_waiting_starts_the_wait_again():
-    """An idle partition acknowledges nothing: only records kept waiting count."""
+def test_an_idle_partition_is_no_stall():
+    """Nothing waited since its last acknowledgement: a record after a long idle is new."""
     clock = Clock()
     watch = StallWatch(clock=clock)
-    half = [emission(p0=(5, 40))] * int(STALLED_AFTER_S / 2 + 1)
-    answers = looks(watch, clock, 1.0, *half, emission(p0=(0, 40)), *half)
+    idle = [emission(p0=(0, 40))] * int(STALLED_AFTER_S * 2)
+    answers = looks(watch, clock, 1.0, *idle, emission(p0=(1, 40)))
     assert not any(stalled for stalled, _ in answers)
+
+
+def test_looks_with_nothing_waiting_do_not_end_a_wait_without_acknowledgement():
+    """Under an outage records time out and the next come later: the queue empties now
+    and then, and still nothing got through."""
+    clock = Clock()
+    watch = StallWatch(clock=clock)
+    cycle = [emission(p0=(5, 40))] * 9 + [emission(p0=(0, 40))]
+    answers = looks(watch, clock, 1.0, *cycle * 4)
+    assert [stalled for stalled, _ in answers if stalled] == [{f"{TOPIC}[0]": STALLED_AFTER_S}]
 
 
 def test_a_stall_whose_records_timed_out_stays_stalled_until_one_is_acknowledged():

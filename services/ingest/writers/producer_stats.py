@@ -10,7 +10,7 @@ per record:
   bumps (``epoch_cnt``), each broker's connection state, and per partition its leader and
   the records queued (``msgq_cnt``), ready to send (``xmit_msgq_cnt``) and in flight
   (``msgs_inflight``) with the last acknowledged id (``acked_msgid``);
-- :class:`StallWatch`: a partition whose records have waited at every look for longer
+- :class:`StallWatch`: a partition whose records have waited, none acknowledged, longer
   than a leader election takes (10-20 s in the field) without one being acknowledged.
   An election stops a partition's acks for about its length and no more; longer means
   something else holds the partition (a leader that does not answer, too few in-sync
@@ -100,10 +100,12 @@ class StallWatch:
     """Partitions whose records waited, unacknowledged, for ``stalled_after_s`` (see module).
 
     Fed every statistics emission. A partition counts as waiting from the first look at
-    which it held records without its ``acked_msgid`` having moved since the look before;
-    a look at which it holds none, or its ``acked_msgid`` moved, ends the wait. A stalled
-    partition recovers only when a record of it is acknowledged (records that timed out
-    leave it stalled: nothing got through).
+    which it held records after its last acknowledgement; only an acknowledgement (its
+    ``acked_msgid`` moving) ends the wait. Looks at which it holds none do not: while no
+    broker takes a partition's writes its records time out (``message.timeout.ms``) and
+    the next ones arrive later, so its queue empties now and then. It is told stalled at a
+    look at which records wait, ``stalled_after_s`` after the wait began, and recovers
+    at its next acknowledgement.
     """
 
     def __init__(
@@ -128,11 +130,12 @@ class StallWatch:
         for p in progress:
             moved = self._acked.get(p.name, p.acked_msgid) != p.acked_msgid
             self._acked[p.name] = p.acked_msgid
-            if moved and p.name in self._stalled:
-                self._stalled.discard(p.name)
-                recovered.append(p.name)
-            if moved or not p.waiting:
+            if moved:
                 self._waiting_since.pop(p.name, None)
+                if p.name in self._stalled:
+                    self._stalled.discard(p.name)
+                    recovered.append(p.name)
+            if not p.waiting:
                 continue
             since = self._waiting_since.setdefault(p.name, now)
             if p.name not in self._stalled and now - since >= self._after_s:
