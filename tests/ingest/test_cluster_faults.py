@@ -13,6 +13,8 @@ Figures are printed (pytest -s) and kept in docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +29,8 @@ from headwater.gateway.client import GatewayClient
 from headwater.gateway.spool import Spool
 from headwater.ingest.settings import IngestSettings
 from headwater.ingest.writability import FAILING_AFTER_S, INTERVAL_S
+from headwater.ingest.writers.confluent_writer import ConfluentWriter
+from headwater.ingest.writers.producer_stats import STALLED_AFTER_S
 from headwater.kafka.admin import ensure_topics
 from headwater.kafka.settings import KafkaSettings
 from headwater.topics import INGEST_TOPICS, TopicSpec
@@ -44,6 +48,7 @@ from tests.support.ingest_ledger import (
     publish,
     recover,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.cluster
 
@@ -51,10 +56,15 @@ pytestmark = pytest.mark.cluster
 PRODUCE_TIMEOUT_S = IngestSettings.produce_timeout_seconds
 CALL_DEADLINE_S = 12.0
 CALLERS = 6
+#: Partitions of each ingest topic on the cluster (3 replicas each): each node leads one.
+PARTITIONS = 3
 #: Bounds of the traffic around a fault.
 BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
 #: How soon the write health must follow the writes: a look, plus slack for 2 shared cores.
 HEALTH_WITHIN_S = FAILING_AFTER_S + 2 * INTERVAL_S + 15
+#: The confluent writer's lines when a partition stalls and when it takes writes again.
+STALLED = "a Kafka partition has taken none of ingest's writes"
+UNSTALLED = "a stalled Kafka partition takes ingest's writes again"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -62,7 +72,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 @pytest.fixture
 def cluster_ingest_topics(cluster: BrokerCluster) -> None:
     """The ingest topics on the cluster: 3 partitions, 3 replicas (each node leads one)."""
-    ensure_topics(cluster.bootstrap_servers, [TopicSpec(t, 3, 3) for t in INGEST_TOPICS.values()])
+    specs = [TopicSpec(t, PARTITIONS, 3) for t in INGEST_TOPICS.values()]
+    ensure_topics(cluster.bootstrap_servers, specs)
 
 
 def settings_for(bootstrap: str, tokens_file: Path) -> IngestSettings:
@@ -91,7 +102,8 @@ class Load:
 
     def __init__(self, running: RunningIngest, spool: Spool) -> None:
         self.running, self.spool = running, spool
-        self.ledger = Ledger()
+        # Raw calls reach every partition, so one that stops answering OK shows.
+        self.ledger = Ledger(partitions=PARTITIONS)
         self.spooled: set[str] = set()
         self.stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -124,6 +136,10 @@ class Load:
         self.stop.set()
         await asyncio.wait_for(asyncio.gather(*self._tasks), CALL_DEADLINE_S + 30)
 
+    def partitions_ok(self) -> set[int]:
+        """The partitions on which a raw call's message was answered OK."""
+        return {p for _, p in self.ledger.ok_at}
+
     def first_ok_on(self, partitions: set[int], after: float) -> float | None:
         """Seconds from ``after`` to the first message answered OK on one of ``partitions``."""
         times = [t for t, p in self.ledger.ok_at if p in partitions and t > after]
@@ -140,6 +156,19 @@ def lines(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRec
     return [r for r in caplog.records if r.getMessage().startswith(message)]
 
 
+def not_recovered(running: RunningIngest, load: Load, led: set[int]) -> str:
+    """Why no OK came on ``led``: what the load reached and the producer's own state."""
+    reached = sorted(load.partitions_ok())
+    writer = running.server.writer
+    assert isinstance(writer, ConfluentWriter)
+    state = writer.producer_state({f"{TOPIC}[{p}]" for p in range(PARTITIONS)})
+    return (
+        f"ingest never recovered: no OK on partitions {sorted(led)} within {FAULT_WINDOW_S}s "
+        f"of the kill; the raw calls were ever answered OK on partitions {reached}; spool "
+        f"{load.spool.stats().counters}; the producer: {json.dumps(state)}"
+    )
+
+
 async def test_leader_killed_under_load_loses_nothing(
     on_cluster, cluster, tmp_path, caplog
 ) -> None:
@@ -151,14 +180,21 @@ async def test_leader_killed_under_load_loses_nothing(
             load.start(gateway)
             try:
                 await asyncio.sleep(BEFORE_S)
+                # Else "no OK on the dead leader's partitions" would measure nothing.
+                everywhere = set(range(PARTITIONS))
+                await until(
+                    lambda: load.partitions_ok() == everywhere, 30, "raw OKs on every partition"
+                )
                 leader = cluster.leader_of(TOPIC, 0)
-                led = {p for p in range(3) if cluster.leader_of(TOPIC, p) is leader}
+                led = {p for p in range(PARTITIONS) if cluster.leader_of(TOPIC, p) is leader}
                 killed_at = time.monotonic()
                 await asyncio.to_thread(leader.kill)
                 await asyncio.to_thread(cluster.leader_of, TOPIC, 0, FAULT_WINDOW_S, leader)
                 elected_s = time.monotonic() - killed_at
                 while load.first_ok_on(led, killed_at + elected_s) is None:
-                    assert time.monotonic() - killed_at < FAULT_WINDOW_S, "ingest never recovered"
+                    assert time.monotonic() - killed_at < FAULT_WINDOW_S, not_recovered(
+                        on_cluster, load, led
+                    )
                     await asyncio.sleep(0.2)
                 await asyncio.sleep(AFTER_OK_S)
             finally:
@@ -181,12 +217,15 @@ async def test_leader_killed_under_load_loses_nothing(
     before = [took for end, took, _ in timeline if end < killed_at]
     around = [took for end, took, _ in timeline if killed_at <= end < killed_at + 30]
     failed = sum(1 for _, _, code in load.ledger.calls if code in RETRIABLE_CALL)
+    assert isinstance(on_cluster.server.writer, ConfluentWriter)
+    producer = on_cluster.server.writer.producer_state(set())
     print(
         f"\nleader of {TOPIC} partitions {sorted(led)} (node {leader.node_id}) SIGKILLed: new "
         f"leader after {elected_s:.1f}s; no OK on those partitions for {no_ok_s:.1f}s; call "
         f"p99 {p99(before):.2f}s before, {p99(around):.2f}s in the 30 s after the kill; "
         f"{len(load.ledger.acked)} raw OKs and {len(load.spooled)} spooled, 0 lost, 0 altered; "
-        f"{failed} calls failed retriably"
+        f"{failed} calls failed retriably; the idempotent producer {producer['idemp_state']}, "
+        f"{producer['epoch_cnt']} epoch bump(s)"
     )
     # The target of issue 36: no OK for at most the election time + 2 s.
     assert no_ok_s < elected_s + 2 + 3  # + 3 s of scheduling slack on the shared cores
@@ -198,6 +237,11 @@ async def test_leader_killed_under_load_loses_nothing(
     # so the write health stayed SERVING (docs/operations.md, "Health").
     told = lines(caplog, "Kafka cannot take some or all of ingest's writes")
     assert not [r for r in told if r.writes_failing], [r.reason for r in told]  # type: ignore[attr-defined]
+
+
+def named_in(caplog: pytest.LogCaptureFixture, message: str) -> set[str]:
+    """The partitions named by the writer's lines that start with ``message``."""
+    return {name for r in lines(caplog, message) for name in r.partitions}  # type: ignore[attr-defined]
 
 
 async def health_of(running: RunningIngest, service: str) -> int:
@@ -218,7 +262,7 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     on_cluster, cluster, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="headwater.ingest")
-    ledger = Ledger()
+    ledger = Ledger(partitions=PARTITIONS)
     assert (await publish(on_cluster, ledger, CALL_DEADLINE_S))[0] == grpc.StatusCode.OK
     assert await health_of(on_cluster, SERVICE_NAME) == SERVING
     leader = cluster.leader_of(TOPIC, 0)
@@ -231,8 +275,41 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     calls = asyncio.gather(
         *(publish(on_cluster, ledger, d) for d in (2.0, 5.0, CALL_DEADLINE_S, CALL_DEADLINE_S))
     )
-    not_serving_s = await health_becomes(on_cluster, NOT_SERVING, HEALTH_WITHIN_S)
-    outcomes = await calls
+    # And callers that go on calling, so that records wait for every partition all along:
+    # longer than an election with none acknowledged, the writer tells a stall.
+    every_partition = {f"{TOPIC}[{p}]" for p in range(PARTITIONS)}
+    writer = on_cluster.server.writer
+    assert isinstance(writer, ConfluentWriter)
+    writer_state = functools.partial(writer.producer_state, every_partition)
+    stop, kept = asyncio.Event(), []
+    callers = [
+        asyncio.create_task(call_until(stop, on_cluster, ledger, kept, after_s=i * 3.0))
+        for i in range(3)
+    ]
+    try:
+        not_serving_s = await health_becomes(on_cluster, NOT_SERVING, HEALTH_WITHIN_S)
+        # Each partition is told when its own records have waited long enough.
+        try:
+            await until(
+                lambda: every_partition <= named_in(caplog, STALLED),
+                STALLED_AFTER_S + 30,
+                "every partition told stalled",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the producer: {json.dumps(writer_state())}") from None
+    finally:
+        stop.set()
+        await asyncio.gather(*callers)
+    outcomes = [*await calls, *kept]
+    stalls = lines(caplog, STALLED)
+    stalled = named_in(caplog, STALLED)
+    for stall in stalls:
+        state = stall.producer  # type: ignore[attr-defined]
+        assert state["idemp_state"] == "Assigned", state
+        assert all(state["brokers"][str(n.node_id)]["state"] != "UP" for n in lost), state
+        for name in stall.partitions:  # type: ignore[attr-defined]
+            p = state["partitions"][name]
+            assert p["msgq_cnt"] + p["xmit_msgq_cnt"] + p["msgs_inflight"] > 0, (name, state)
     # The process itself stays SERVING: the probes never restart a pod for a broker outage.
     assert await health_of(on_cluster, "") == SERVING
     told = lines(caplog, "Kafka cannot take some or all of ingest's writes")
@@ -253,13 +330,35 @@ async def test_two_of_three_down_never_answers_ok_and_recovers_by_itself(
     recovered_s = await recover(on_cluster, ledger)
     serving_s = await health_becomes(on_cluster, SERVING, HEALTH_WITHIN_S)
     assert lines(caplog, "Kafka takes ingest's writes again")
+    # The recovering calls wrote to every partition: each stalled one said it took writes.
+    await until(lambda: stalled <= named_in(caplog, UNSTALLED), 15, "every one told back")
     print(
         f"\ntwo of three down: {len(outcomes)} calls, none OK (answers: {codes}); write health "
         f"NOT_SERVING {not_serving_s:.1f}s after the kill ({reason}); one node started again: "
         f"OK {time.monotonic() - back_at:.1f}s later (calls retried for {recovered_s:.1f}s), "
-        f"SERVING {serving_s:.1f}s after that OK"
+        f"SERVING {serving_s:.1f}s after that OK; the writer told {len(stalls)} stall line(s) "
+        f"for {sorted(stalled)} (idempotent producer {state['idemp_state']}, "
+        f"{state['epoch_cnt']} epoch bump(s))"
     )
     await assert_acked_are_in_kafka(cluster.bootstrap_servers, ledger)
+
+
+async def call_until(
+    stop: asyncio.Event,
+    running: RunningIngest,
+    ledger: Ledger,
+    outcomes: list[tuple[grpc.StatusCode, list]],
+    after_s: float,
+) -> None:
+    """Call (and record the answer) until ``stop``, the first call ``after_s`` from now.
+
+    Callers started a few seconds apart keep records waiting at every moment, each call
+    lasting the produce timeout while the cluster takes no writes.
+    """
+    await asyncio.sleep(after_s)  # staggering the callers, not waiting for a condition
+    while not stop.is_set():
+        outcomes.append(await publish(running, ledger, CALL_DEADLINE_S))
+        await asyncio.sleep(0.2)  # a gateway's backoff
 
 
 def ok_rate(ledger: Ledger, start: float, end: float) -> float:

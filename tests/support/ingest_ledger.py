@@ -9,11 +9,14 @@ outlived its deadline, that a failure was retriable, and that every OK is in Kaf
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import time
 import uuid
 from dataclasses import dataclass, field
 
 import grpc
+from aiokafka.partitioner import DefaultPartitioner
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -35,11 +38,41 @@ RETRIABLE_MESSAGE = {
 }
 
 
+@functools.cache  # every call of a ledger asks again
+def devices_over(prefix: str, n: int, partitions: int) -> tuple[str, ...]:
+    """``n`` device ids under ``prefix``, the k-th on partition ``k % partitions``.
+
+    Ingest's producer places a record by its key, the device id, with the Java client's
+    murmur2 hash (``headwater.kafka.settings.PARTITIONER``; aiokafka's DefaultPartitioner
+    computes the same). Ids taken at random would all miss a partition now and then (5 of
+    them miss one of 3 partitions 13% of the time), and a fault test waiting for an OK on
+    that partition would wait for nothing. With one partition these are ``prefix-0`` to
+    ``prefix-<n-1>``.
+    """
+    hash_of = DefaultPartitioner()
+    all_partitions = list(range(partitions))
+    wanted = [k % partitions for k in range(n)]
+    found: dict[int, list[str]] = {p: [] for p in all_partitions}
+    for i in itertools.count():
+        if all(len(found[p]) >= wanted.count(p) for p in all_partitions):
+            break
+        device = f"{prefix}-{i}"
+        p = hash_of(device.encode(), all_partitions, all_partitions)
+        if len(found[p]) < wanted.count(p):
+            found[p].append(device)
+    return tuple(found[p].pop(0) for p in wanted)
+
+
 @dataclass
 class Ledger:
-    """What the service answered: every OK with its coordinates, every call's ending."""
+    """What the service answered: every OK with its coordinates, every call's ending.
+
+    A call's ``n`` messages go to ``n`` devices spread over ``partitions`` partitions
+    (:func:`devices_over`), the same devices in every call.
+    """
 
     devices: str = field(default_factory=lambda: f"acme-outage-{uuid.uuid4().hex[:8]}")
+    partitions: int = 1
     acked: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: (seconds taken, deadline, status) of every call.
     calls: list[tuple[float, float, grpc.StatusCode]] = field(default_factory=list)
@@ -51,7 +84,7 @@ class Ledger:
     sent: dict[str, device_message_pb2.DeviceMessage] = field(default_factory=dict)
 
     def messages(self, n: int) -> list:
-        return [device_message(f"{self.devices}-{i}") for i in range(n)]
+        return [device_message(d) for d in devices_over(self.devices, n, self.partitions)]
 
     def record(self, messages: list, results) -> None:
         assert [r.message_id for r in results] == [m.message_id for m in messages]

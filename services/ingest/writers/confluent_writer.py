@@ -13,6 +13,12 @@ A fatal error (librdkafka's ``error_cb`` with ``KafkaError.fatal()``, e.g. the i
 producer lost its sequence) leaves the producer unusable: every later produce fails. The
 writer then reports itself not connected at once and calls ``on_fatal`` on the event
 loop; the server turns health NOT_SERVING and replaces the producer (``rpc/server.py``).
+
+librdkafka's statistics (every second) tell when the producer got its id, and which
+partitions have had records waiting longer than a leader election with none acknowledged
+(``producer_stats.py``): one log line when a partition stalls, with the producer's state,
+and one when it takes writes again. :meth:`ConfluentWriter.producer_state` gives the same
+state on demand.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from headwater.ingest.writers.produce_errors import Kind, ProduceError
+from headwater.ingest.writers.producer_stats import StallWatch, partitions, producer_state
 from headwater.ingest.writers.protocol import Delivered, Headers
 from headwater.kafka.diagnose import explain
 from headwater.kafka.settings import KafkaSettings
@@ -101,6 +108,9 @@ class ConfluentWriter:
         self._connected = False
         #: Set once the idempotent producer holds its producer id (from librdkafka's stats).
         self._pid_assigned = threading.Event()
+        #: librdkafka's latest statistics, parsed (written by the thread serving stats_cb).
+        self._stats: dict[str, Any] = {}
+        self._stalls = StallWatch()
         #: The first client error that names a setting (login, TLS), for start()'s error.
         self._explained: str | None = None
         self._acks: list[tuple[asyncio.Future[Delivered], Any, Any]] = []
@@ -123,6 +133,12 @@ class ConfluentWriter:
         # Security, client.id, acks=all, idempotence and the shared partitioner (Java's and
         # aiokafka's key hashing, so a device keeps its partition across clients).
         conf = s.producer_config("headwater-ingest") | {
+            # The produce timeout, though an election takes about as long: a record that
+            # times out queued makes the idempotent producer drain its requests in flight
+            # and bump its epoch, which costs milliseconds and stalls no partition (one bump
+            # per leader kill, writes back at the election's end: docs/benchmarks.md). A
+            # longer timeout would keep records, and the bytes admission counts for them,
+            # past the call's answer, and write them after the gateway was told to resend.
             "message.timeout.ms": int(self._timeout_s * 1000),
             "message.max.bytes": 2 * 1024 * 1024,
             "queue.buffering.max.kbytes": max(1, -(-self._queue_limits[0] // 1024)),
@@ -133,7 +149,8 @@ class ConfluentWriter:
             # Client errors (fatal ones included) come here, served by the poll thread.
             "error_cb": self.error_callback,
             # The only public sign that the idempotent producer got its producer id
-            # (librdkafka's finest granularity is 1 s); see _wait_producer_id.
+            # (librdkafka's finest granularity is 1 s; see _wait_producer_id), and what
+            # tells a stalled partition (producer_stats.py).
             "statistics.interval.ms": 1000,
             "stats_cb": self._on_stats,
         }
@@ -176,11 +193,34 @@ class ConfluentWriter:
             producer.poll(0.1)  # serves stats_cb before the poll thread runs
 
     def _on_stats(self, stats_json: str) -> None:
-        """Note when the producer id is assigned, from librdkafka's statistics (every second)."""
-        if not self._pid_assigned.is_set():
-            eos = json.loads(stats_json).get("eos") or {}
-            if eos.get("idemp_state") == "Assigned":
-                self._pid_assigned.set()
+        """Read librdkafka's statistics (every second): the producer id, stalled partitions."""
+        stats = self._stats = json.loads(stats_json)
+        if (stats.get("eos") or {}).get("idemp_state") == "Assigned":
+            self._pid_assigned.set()
+        stalled, recovered = self._stalls.update(partitions(stats))
+        if stalled:
+            log.error(
+                "a Kafka partition has taken none of ingest's writes for longer than a leader "
+                "election: records waited and none was acknowledged",
+                extra={
+                    "partitions": sorted(stalled),
+                    "waited_s": round(max(stalled.values()), 1),
+                    "producer": producer_state(stats, set(stalled)),
+                },
+            )
+        if recovered:
+            log.info(
+                "a stalled Kafka partition takes ingest's writes again",
+                extra={"partitions": sorted(recovered)},
+            )
+
+    def producer_state(self, names: set[str] | None = None) -> dict[str, Any]:
+        """The producer's state in its latest statistics (``producer_stats.producer_state``).
+
+        Args:
+            names: the partitions (``topic[partition]``) to describe; None: every one.
+        """
+        return producer_state(self._stats, names)
 
     def error_callback(self, err: KafkaError) -> None:
         """Handle an error librdkafka reports outside any one record (its ``error_cb``).
