@@ -144,7 +144,8 @@ class EnricherSettings(EnricherPosition):
         "2g",
         help="`spark.driver.memory` of a local run (`make run`, devstack), where the keyed state "
         "runs in the driver; a cluster takes the chart's `enricher.driver.memory` / "
-        "`enricher.executor.memory` (2g each). See [Memory](#memory-of-the-keyed-state)",
+        "`enricher.executor.memory` (2g each, with `memoryOverhead` 1g each beside the heap). "
+        "See [Memory](#memory-of-the-keyed-state)",
     )
     spark_master: str = setting(
         "", shown="(spark-submit's, else `local[*]`)", help="Spark master when run directly"
