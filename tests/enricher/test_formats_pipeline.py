@@ -20,7 +20,7 @@ from tests.support.kafkatools import (
     completions,
     ingest,
     make_topics,
-    master,
+    masters,
     outcome,
     read_all,
 )
@@ -36,8 +36,7 @@ T0 = 1_700_000_000_000
 
 def test_every_format_end_to_end(kafka_bootstrap: str, running, tmp_path) -> None:
     topics = make_topics(kafka_bootstrap)
-    for device in ("d-acme", "d-globex", "d-initech", "d-spb", "d-opc"):
-        master(kafka_bootstrap, topics, device)
+    masters(kafka_bootstrap, topics, ["d-acme", "d-globex", "d-initech", "d-spb", "d-opc"])
     ddata = _payload(
         _metric(alias=1, ts=T0 + 5_000, float_value=212.0),
         _metric(alias=2, double_value=1000.0),

@@ -29,6 +29,7 @@ from tests.support.kafkatools import (
     ingest,
     make_topics,
     master,
+    masters,
     outcome,
     read_all,
 )
@@ -209,8 +210,7 @@ def test_a_resend_after_the_window_is_still_a_duplicate(
 
 def test_restart_from_checkpoint_loses_nothing(kafka_bootstrap: str, running, tmp_path) -> None:
     topics = make_topics(kafka_bootstrap)
-    for d in range(4):
-        master(kafka_bootstrap, topics, f"dev-{d}")
+    masters(kafka_bootstrap, topics, [f"dev-{d}" for d in range(4)])
     first = [Msg(f"a{i}", f"dev-{i % 4}", ACME, acme(i, i), i // 4 + 1) for i in range(40)]
     ingest(kafka_bootstrap, topics, first)
     cp = str(tmp_path / "cp")

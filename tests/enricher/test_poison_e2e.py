@@ -31,6 +31,7 @@ from tests.support.kafkatools import (
     ingest_headers,
     make_topics,
     master,
+    masters,
     outcome,
     producer,
     read_all,
@@ -162,8 +163,7 @@ def test_two_tenants_and_devices_with_the_same_message_ids_stay_apart(
     topics = make_topics(kafka_bootstrap)
     tenants, devices = ("ta", "tb"), ("d1", "d2")
     for t in tenants:
-        for d in devices:
-            master(kafka_bootstrap, topics, d, site=f"site-{t}", tenant=t)
+        masters(kafka_bootstrap, topics, list(devices), site=f"site-{t}", tenant=t)
     msgs = [
         Msg(mid, d, ACME, acme(1, 2), int(mid), tenant=t)
         for t in tenants

@@ -37,7 +37,7 @@ from tests.support.kafkatools import (
     acme,
     ingest,
     make_topics,
-    master,
+    masters,
     start_enricher,
 )
 
@@ -100,8 +100,7 @@ def test_lag_shows_the_enricher_from_its_group_and_from_its_checkpoint(
     topics = make_topics(kafka_bootstrap)
     group = f"enricher-progress-{uuid.uuid4().hex[:8]}"
     checkpoint = str(tmp_path / "cp")
-    for device in ("dev-0", "dev-1", "dev-2"):
-        master(kafka_bootstrap, topics, device)
+    masters(kafka_bootstrap, topics, ["dev-0", "dev-1", "dev-2"])
     msgs = [Msg(f"m{i}", f"dev-{i % 3}", ACME, acme(20 + i, 40), i + 1) for i in range(12)]
     ingest(kafka_bootstrap, topics, msgs)
     admin = admin_client(kafka_bootstrap)
