@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from headwater_dev.chaos.devstack import ChaosError
-from headwater_dev.chaos.kube import broker_role, choose, executor_role
+from headwater_dev.chaos.kube import broker_role, choose, executor_role, node_pod
 from headwater_dev.chaos.production import production_refusal, refusal_line
 
 HEADWATER = str(Path(sys.executable).parent / "headwater")
@@ -90,12 +90,24 @@ def test_pods_are_selected_by_their_owners_labels():
         choose(executor, [], None, "hw-ns")
 
 
+def test_the_leader_is_the_broker_pod_named_after_its_node_id():
+    """Strimzi's names (<cluster>-<pool>-<node id>) and a StatefulSet's (<name>-<ordinal>)."""
+    broker = broker_role("kafka", "headwater", "hw")
+    running = ["headwater-brokers-0", "headwater-brokers-1", "headwater-brokers-10"]
+    assert node_pod(broker, running, 1, "kafka") == "headwater-brokers-1"
+    assert node_pod(broker, running, 10, "kafka") == "headwater-brokers-10"
+    with pytest.raises(ChaosError, match="no single running Strimzi broker pod for Kafka node 2"):
+        node_pod(broker, running, 2, "kafka")
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["kill-executor", "--namespace", "hw", "--kubeconfig", "/nonexistent"], "kubeconfig"),
         (["kill-executor", "--pod", "x"], "give --namespace too"),
-        (["kill-broker", "--namespace", "hw", "--leader-of", "t"], "dev stack only"),
+        (["kill-broker", "--namespace", "hw", "--leader-of", "t"], "give --bootstrap-servers"),
+        (["kill-broker", "--namespace", "hw", "--leader-of", "t", "--pod", "p"], "give one"),
+        (["kill-broker", "--bootstrap-servers", "k:9092"], "give --namespace too"),
         (["kill-executor", "--namespace", "hw", "--worker", "1"], "dev stack only"),
     ],
 )
