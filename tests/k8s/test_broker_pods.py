@@ -48,8 +48,8 @@ pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1200)]
 HEADWATER = str(Path(sys.executable).parent / "headwater")
 TOPIC = INGEST_TOPICS["telemetry"]
 PARTITIONS = 3
-#: The load: BATCH readings spooled every PAUSE_S, COUNT in all (about a minute of traffic).
-COUNT, BATCH, PAUSE_S = 6000, 10, 0.1
+#: The load: BATCH readings spooled every PAUSE_S, COUNT in all (about 40 s of traffic).
+COUNT, BATCH, PAUSE_S = 8000, 20, 0.1
 #: Bounds on a loaded 2-core machine: a new leader, the pod back, every replica in sync.
 ELECTION_WITHIN_S, BACK_WITHIN_S, IN_SYNC_WITHIN_S = 60, 180, 300
 LEADERS_MOVED = "Kafka partition leaders moved"
