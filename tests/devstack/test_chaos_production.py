@@ -1,5 +1,6 @@
 """``headwater chaos`` refuses production on Kubernetes: the decision, and the CLI's answers
-that need no cluster (the live refusal is in tests/k8s/test_chart_ops.py)."""
+that need no cluster (the live refusal is in tests/k8s/test_chart_ops.py); how the broker pod
+to delete is found (by name, or as the leader Kafka names: the session's broker answers)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater_dev.chaos.devstack import ChaosError
+from headwater_dev.chaos.devstack import ChaosError, leader_id
 from headwater_dev.chaos.kube import broker_role, choose, executor_role, node_pod
 from headwater_dev.chaos.production import production_refusal, refusal_line
 
@@ -117,3 +118,12 @@ def test_kubernetes_options_misused_exit_2_with_one_line(tmp_path, args, says):
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in done.stdout and done.stdout.count("\n") == 1, done.stdout
+
+
+def test_the_leader_is_asked_of_kafka_and_a_missing_topic_is_one_line(
+    kafka_bootstrap, topic_factory
+):
+    """What ``--leader-of`` asks Kafka on Kubernetes (the session's single broker: node 1)."""
+    assert leader_id(kafka_bootstrap, topic_factory("chaos"), "Kafka") == 1
+    with pytest.raises(ChaosError, match=r"^no topic 'chaos\.missing' on Kafka$"):
+        leader_id(kafka_bootstrap, "chaos.missing", "Kafka")

@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kill.add_argument(
         "--leader-of",
         metavar="TOPIC",
-        help="the node leading TOPIC's partition 0 (default: node N; on Kubernetes the last "
-        "broker pod, and --bootstrap-servers is needed to ask Kafka)",
+        help="the node leading TOPIC's partition 0 (default: node N, on Kubernetes the last "
+        "broker pod; there, give --bootstrap-servers too)",
     )
     kill.set_defaults(func=_kill)
     pause = commands.add_parser(

@@ -118,7 +118,10 @@ def leader_id(bootstrap: str, topic_name: str, where: str) -> int:
     topic = meta.topics.get(topic_name)
     if topic is None or topic.error is not None or not topic.partitions:
         raise ChaosError(f"no topic {topic_name!r} on {where}")
-    return int(topic.partitions[0].leader)
+    leader = int(topic.partitions[0].leader)
+    if leader < 0:
+        raise ChaosError(f"{topic_name}[0] has no leader now on {where}: nothing to kill")
+    return leader
 
 
 def watch_hints(state: status_file.StackState, node: Node) -> list[str]:
