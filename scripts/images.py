@@ -224,8 +224,8 @@ def spark_base(os_base: str, pins: dict[str, str]) -> str:
     return ref
 
 
-def build(ref: str, dockerfile: Path, build_args: dict[str, str]) -> float:
-    """``podman build`` from the repository root; return the seconds it took."""
+def build(ref: str, dockerfile: Path, build_args: dict[str, str], context: Path = ROOT) -> float:
+    """``podman build`` from ``context`` (the repository root); return the seconds it took."""
     text = dockerfile.read_text()
     args = ["build", "--layers", "--file", str(dockerfile), "--tag", ref]
     args += [*NETWORK, *CONTAINER_LIMITS, *host_trust_args(text)]
@@ -236,7 +236,7 @@ def build(ref: str, dockerfile: Path, build_args: dict[str, str]) -> float:
         args += ["--build-arg", f"{key}={value}"]
     log(f"building {ref} from {dockerfile.relative_to(ROOT)}")
     started = time.monotonic()
-    podman(*args, str(ROOT))
+    podman(*args, str(context))
     return time.monotonic() - started
 
 

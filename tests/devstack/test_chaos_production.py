@@ -1,5 +1,6 @@
 """``headwater chaos`` refuses production on Kubernetes: the decision, and the CLI's answers
-that need no cluster (the live refusal is in tests/k8s/test_chart_ops.py)."""
+that need no cluster (the live refusal is in tests/k8s/test_chart_ops.py); how the broker pod
+to delete is found (by name, or as the leader Kafka names: the session's broker answers)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater_dev.chaos.devstack import ChaosError
-from headwater_dev.chaos.kube import broker_role, choose, executor_role
+from headwater_dev.chaos.devstack import ChaosError, leader_id
+from headwater_dev.chaos.kube import broker_role, choose, executor_role, node_pod
 from headwater_dev.chaos.production import production_refusal, refusal_line
 
 HEADWATER = str(Path(sys.executable).parent / "headwater")
@@ -90,12 +91,24 @@ def test_pods_are_selected_by_their_owners_labels():
         choose(executor, [], None, "hw-ns")
 
 
+def test_the_leader_is_the_broker_pod_named_after_its_node_id():
+    """Strimzi's names (<cluster>-<pool>-<node id>) and a StatefulSet's (<name>-<ordinal>)."""
+    broker = broker_role("kafka", "headwater", "hw")
+    running = ["headwater-brokers-0", "headwater-brokers-1", "headwater-brokers-10"]
+    assert node_pod(broker, running, 1, "kafka") == "headwater-brokers-1"
+    assert node_pod(broker, running, 10, "kafka") == "headwater-brokers-10"
+    with pytest.raises(ChaosError, match="no single running Strimzi broker pod for Kafka node 2"):
+        node_pod(broker, running, 2, "kafka")
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["kill-executor", "--namespace", "hw", "--kubeconfig", "/nonexistent"], "kubeconfig"),
         (["kill-executor", "--pod", "x"], "give --namespace too"),
-        (["kill-broker", "--namespace", "hw", "--leader-of", "t"], "dev stack only"),
+        (["kill-broker", "--namespace", "hw", "--leader-of", "t"], "give --bootstrap-servers"),
+        (["kill-broker", "--namespace", "hw", "--leader-of", "t", "--pod", "p"], "give one"),
+        (["kill-broker", "--bootstrap-servers", "k:9092"], "give --namespace too"),
         (["kill-executor", "--namespace", "hw", "--worker", "1"], "dev stack only"),
     ],
 )
@@ -105,3 +118,12 @@ def test_kubernetes_options_misused_exit_2_with_one_line(tmp_path, args, says):
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in done.stdout and done.stdout.count("\n") == 1, done.stdout
+
+
+def test_the_leader_is_asked_of_kafka_and_a_missing_topic_is_one_line(
+    kafka_bootstrap, topic_factory
+):
+    """What ``--leader-of`` asks Kafka on Kubernetes (the session's single broker: node 1)."""
+    assert leader_id(kafka_bootstrap, topic_factory("chaos"), "Kafka") == 1
+    with pytest.raises(ChaosError, match=r"^no topic 'chaos\.missing' on Kafka$"):
+        leader_id(kafka_bootstrap, "chaos.missing", "Kafka")

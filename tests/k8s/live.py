@@ -78,25 +78,35 @@ def publish(
     batch: int = 0,
     pause_s: float = 0.0,
     within_s: float = 180,
+    devices: tuple[str, ...] = (DEMO_DEVICE,),
+    timed: list[tuple[float, DeliveryReport]] | None = None,
 ) -> list[str]:
     """Send ``count`` demo readings through the gateway library; the acknowledged ids.
 
     ``batch`` readings are spooled every ``pause_s`` seconds (all at once by default), so
-    that a test can disturb the cluster while they flow.
+    that a test can disturb the cluster while they flow; they come from ``devices`` in turn.
+    ``timed`` gets every delivery report with the monotonic time it came.
     """
 
     async def run() -> list[str]:
         reports: list[DeliveryReport] = []
+
+        def report(delivery: DeliveryReport) -> None:
+            reports.append(delivery)
+            if timed is not None:
+                timed.append((time.monotonic(), delivery))
+
         config = GatewayConfig(target=target, token=token, call_timeout_s=10.0, backoff_max_s=2.0)
         with Spool(spool) as outbox:
-            async with GatewayClient(outbox, config, reports.append) as client:
+            async with GatewayClient(outbox, config, report) as client:
                 stop = asyncio.Event()
                 sender = asyncio.create_task(client.run(stop))
                 step = batch or count
                 for start in range(0, count, step):
                     size = min(step, count - start)
-                    reading = NewMessage(DEMO_DEVICE, ACME_TELEMETRY, DEMO_PAYLOAD)
-                    await client.enqueue_many("telemetry", [reading] * size)
+                    turn = [devices[(start + i) % len(devices)] for i in range(size)]
+                    readings = [NewMessage(d, ACME_TELEMETRY, DEMO_PAYLOAD) for d in turn]
+                    await client.enqueue_many("telemetry", readings)
                     await asyncio.sleep(pause_s)
                 drained = await client.drain(within_s=within_s)
                 stop.set()
@@ -111,15 +121,27 @@ def publish(
 class Publisher(threading.Thread):
     """:func:`publish` in the background; ``acknowledged`` once joined."""
 
-    def __init__(self, target: str, token: str, spool: Path, count: int, pause_s: float):
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        spool: Path,
+        count: int,
+        pause_s: float,
+        batch: int = 5,
+        devices: tuple[str, ...] = (DEMO_DEVICE,),
+    ):
         super().__init__(daemon=True)
-        self.args = (target, token, spool, count, 5, pause_s)
+        self.args = (target, token, spool, count, batch, pause_s)
+        self.devices = devices
         self.acknowledged: list[str] = []
+        #: Every delivery report so far, with the monotonic time it came.
+        self.timed: list[tuple[float, DeliveryReport]] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self.acknowledged = publish(*self.args)
+            self.acknowledged = publish(*self.args, devices=self.devices, timed=self.timed)
         except BaseException as exc:  # reported by result()
             self.error = exc
 

@@ -108,6 +108,30 @@ def checkpoint_volume(cluster: Cluster) -> dict[str, Any]:
     }
 
 
+def helm_install(
+    cluster: Cluster,
+    values: dict[str, Any],
+    tmp: Path,
+    token: str,
+    host_bootstrap: str,
+    figures: dict[str, float],
+) -> Install:
+    """``helm install --wait`` of the chart with ``values``; its target is the ingest Service."""
+    path = tmp / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    install = Install(cluster, host_bootstrap, "", token, path, dict(figures))
+    started = time.monotonic()
+    install.helm("install", RELEASE, str(CHART), "-f", str(path), "--wait", "--timeout=10m")
+    install.figures["helm_install_wait_s"] = round(time.monotonic() - started, 1)
+    service = json.loads(
+        cluster.kubectl(
+            "get", "service", f"{RELEASE}-headwater-ingest", "-n", NAMESPACE, "-o", "json"
+        ).stdout
+    )
+    install.target = f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+    return install
+
+
 @contextmanager
 def installed_release(cluster: Cluster, figures: dict[str, float], tmp: Path) -> Iterator[Install]:
     """The chart installed, its first message completed; uninstalled and cleaned up after.
@@ -118,21 +142,12 @@ def installed_release(cluster: Cluster, figures: dict[str, float], tmp: Path) ->
     """
     with broker_for_cluster(tmp / "broker.log", cluster.network) as (host_side, cluster_side):
         token = uuid.uuid4().hex
-        values = tmp / "values.yaml"
-        values.write_text(yaml.safe_dump(chart_values(cluster_side, token)))
         cluster.kubectl("apply", "-f", str(K8S / "namespace.yaml"))
         cluster.kubectl("apply", "-f", "-", input=json.dumps(checkpoint_volume(cluster)))
-        install = Install(cluster, host_side, "", token, values, dict(figures))
         started = time.monotonic()
-        install.helm("install", RELEASE, str(CHART), "-f", str(values), "--wait", "--timeout=10m")
-        install.figures["helm_install_wait_s"] = round(time.monotonic() - started, 1)
+        values = chart_values(cluster_side, token)
+        install = helm_install(cluster, values, tmp, token, host_side, figures)
         _publish_demo_master(host_side)
-        service = json.loads(
-            cluster.kubectl(
-                "get", "service", f"{RELEASE}-headwater-ingest", "-n", NAMESPACE, "-o", "json"
-            ).stdout
-        )
-        install.target = f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
         ids = set(publish(install.target, token, tmp / "first.db", 1))
         install.figures["published_s"] = round(time.monotonic() - started, 1)
         wait_for(

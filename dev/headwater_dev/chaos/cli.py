@@ -52,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kill.add_argument(
         "--leader-of",
         metavar="TOPIC",
-        help="the node leading TOPIC's partition 0 (default: node N)",
+        help="the node leading TOPIC's partition 0 (default: node N, on Kubernetes the last "
+        "broker pod; there, give --bootstrap-servers too)",
     )
     kill.set_defaults(func=_kill)
     pause = commands.add_parser(
@@ -100,11 +101,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         )
         command.add_argument("--execute", action="store_true", help="do it (default: dry run)")
     _add_kubernetes_options(executor)
-    _add_kubernetes_options(kill).add_argument(
+    kill_kube = _add_kubernetes_options(kill)
+    kill_kube.add_argument(
         "--kafka-cluster",
         default="headwater",
         help="on Kubernetes: the Strimzi Kafka resource's name (default headwater, as "
         "k8s/kafka.yaml)",
+    )
+    kill_kube.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="on Kubernetes with --leader-of: the brokers' address as reachable from here "
+        "(the leader is asked of Kafka, then its pod deleted: the one named <...>-<node id>)",
     )
 
 
@@ -162,12 +170,16 @@ def _kill(args: argparse.Namespace) -> int:
     from headwater_dev.chaos.devstack import pick, signal_node, watch_hints
 
     if _on_kubernetes(args):
-        if args.leader_of:
-            print("--leader-of works on the dev stack only; on Kubernetes name a pod with --pod")
+        if args.leader_of and args.pod:
+            print("--leader-of and --pod both name the pod to delete: give one of them")
+            return 2
+        if args.leader_of and not args.bootstrap_servers:
+            print("--leader-of on Kubernetes asks Kafka who leads: give --bootstrap-servers too")
             return 2
         from headwater_dev.chaos.kube import broker_role
 
-        return _delete_pod(args, broker_role(args.namespace, args.kafka_cluster, args.release))
+        role = broker_role(args.namespace, args.kafka_cluster, args.release)
+        return _delete_pod(args, role, leader_of=args.leader_of)
     state, nodes = _nodes(args)
     node = pick(nodes, state.bootstrap_servers, args.leader_of)
     why = f", leader of {args.leader_of}[0]" if args.leader_of else ""
@@ -267,16 +279,23 @@ def _on_kubernetes(args: argparse.Namespace) -> bool:
     """True with --namespace; exit 2 for a Kubernetes option given without it."""
     if args.namespace:
         return True
-    if args.kube_context or args.kubeconfig or args.pod:
-        print("--kube-context, --kubeconfig and --pod act on Kubernetes: give --namespace too")
+    if args.kube_context or args.kubeconfig or args.pod or getattr(args, "bootstrap_servers", None):
+        print(
+            "--kube-context, --kubeconfig, --pod and --bootstrap-servers act on Kubernetes: "
+            "give --namespace too"
+        )
         raise SystemExit(2)
     return False
 
 
-def _delete_pod(args: argparse.Namespace, role: Role) -> int:
-    """Delete one pod of ``role`` in ``--namespace``, unless that is production (exit 2)."""
-    from headwater_dev.chaos.devstack import ChaosError
-    from headwater_dev.chaos.kube import Kube, choose
+def _delete_pod(args: argparse.Namespace, role: Role, leader_of: str | None = None) -> int:
+    """Delete one pod of ``role`` in ``--namespace``, unless that is production (exit 2).
+
+    With ``leader_of``, the broker pod leading that topic's partition 0 (Kafka at
+    ``--bootstrap-servers`` says which node; its pod is the one named after the node id).
+    """
+    from headwater_dev.chaos.devstack import ChaosError, leader_id
+    from headwater_dev.chaos.kube import Kube, choose, node_pod
     from headwater_dev.chaos.production import production_refusal, refusal_line
 
     try:
@@ -287,12 +306,18 @@ def _delete_pod(args: argparse.Namespace, role: Role) -> int:
         if refusal and not args.production_ok:
             print(refusal_line(refusal))
             return 2
-        pod = choose(role, kube.running(role), args.pod, args.namespace)
+        running = kube.running(role)
+        if leader_of:
+            node = leader_id(args.bootstrap_servers, leader_of, "Kafka")
+            pod = node_pod(role, running, node, args.namespace)
+        else:
+            pod = choose(role, running, args.pod, args.namespace)
     except ChaosError as exc:
         print(exc)
         return 2
     grace = "" if args.grace_seconds is None else f", grace {args.grace_seconds}s"
-    doing = f"delete {role.what} {pod} in {args.namespace} (context {kube.context}{grace})"
+    why = f", leader of {leader_of}[0]" if leader_of else ""
+    doing = f"delete {role.what} {pod}{why} in {args.namespace} (context {kube.context}{grace})"
     if _announce(args, doing, list(role.watch)):
         uid = kube.delete(pod, args.grace_seconds)
         print(f"deleted {role.what} {pod} (uid {uid})")

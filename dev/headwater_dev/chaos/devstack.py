@@ -100,14 +100,28 @@ def pick(nodes: list[Node], bootstrap: str, leader_of: str | None) -> Node:
     """The node leading ``leader_of``'s partition 0, else the highest-numbered node."""
     if leader_of is None:
         return nodes[-1]
-    meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(
-        leader_of, timeout=10
-    )
-    topic = meta.topics.get(leader_of)
-    if topic is None or topic.error is not None or not topic.partitions:
-        raise ChaosError(f"no topic {leader_of!r} on the stack's cluster")
-    leader = topic.partitions[0].leader
+    leader = leader_id(bootstrap, leader_of, "the stack's cluster")
     return next(n for n in nodes if n.node_id == leader)
+
+
+def leader_id(bootstrap: str, topic_name: str, where: str) -> int:
+    """The node id of the broker leading ``topic_name``'s partition 0 in the Kafka at ``bootstrap``.
+
+    ``where`` names that Kafka in the error (no such topic, or no answer within 10 s).
+    """
+    try:
+        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(
+            topic_name, timeout=10
+        )
+    except KafkaException as exc:
+        raise ChaosError(f"no answer from {where} ({bootstrap}): {exc}") from None
+    topic = meta.topics.get(topic_name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise ChaosError(f"no topic {topic_name!r} on {where}")
+    leader = int(topic.partitions[0].leader)
+    if leader < 0:
+        raise ChaosError(f"{topic_name}[0] has no leader now on {where}: nothing to kill")
+    return leader
 
 
 def watch_hints(state: status_file.StackState, node: Node) -> list[str]:

@@ -148,6 +148,21 @@ def _json(response: Any) -> Any:
     return json.loads(response.data)
 
 
+def node_pod(role: Role, running: list[str], node_id: int, namespace: str) -> str:
+    """The running pod of ``role`` that is Kafka node ``node_id``.
+
+    Its name ends in ``-<node id>``: Strimzi names a broker pod ``<cluster>-<node pool>-<node
+    id>``, and so does a StatefulSet whose ordinals are the node ids.
+    """
+    pods = [name for name in running if name.rsplit("-", 1)[-1] == str(node_id)]
+    if len(pods) != 1:
+        raise ChaosError(
+            f"no single running {role.what} for Kafka node {node_id} in namespace "
+            f"{namespace!r} (running: {running})"
+        )
+    return pods[0]
+
+
 def choose(role: Role, running: list[str], wanted: str | None, namespace: str) -> str:
     """The pod to delete: ``wanted`` if it is a running one of the role, else by the role's rule."""
     if not running:
