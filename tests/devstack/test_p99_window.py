@@ -35,6 +35,10 @@ def test_not_back_while_not_held_or_a_message_never_completed() -> None:
     sent, latency = _sent([(0, 60, 400)])
     latency[300] = math.inf  # one message never completed: its window never recovers
     assert seconds_back_under(sent, latency, FAULT_MS, FAULT_MS + 60_000) == 35.0
+    # Nothing completed for 10 s after the fault (a driver restarting): not back before the
+    # window has slid past the last of those messages, however they are placed.
+    stalled = _sent([(-10, 0, 400), (0, 10, math.inf), (10, 60, 400)])
+    assert seconds_back_under(*stalled, FAULT_MS, FAULT_MS + 60_000) == 15.0
     silent = _sent([(0, 5, 400), (30, 60, 400)])  # nothing sent: nothing came out
     assert seconds_back_under(*silent, FAULT_MS, FAULT_MS + 60_000) == 30.0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Sequence
 
 from headwater.runtime.stats import percentile
@@ -29,11 +30,16 @@ HOLD_S = 15.0
 def window_p99(times_ms: Sequence[float], latency_ms: Sequence[float], end_ms: float) -> float:
     """Return the p99 (ms) of the messages whose time is in the ``WINDOW_S`` before ``end_ms``.
 
-    ``times_ms`` is in order, ``latency_ms[i]`` the latency of message ``i``.
+    ``times_ms`` is in order, ``latency_ms[i]`` the latency of message ``i``: ``math.inf``
+    for one that has not completed (yet).
     """
     first = bisect.bisect_right(times_ms, end_ms - WINDOW_S * 1000)
     last = bisect.bisect_right(times_ms, end_ms)
-    return percentile(list(latency_ms[first:last]), 99) if last > first else math.inf
+    if last == first:
+        return math.inf
+    # Interpolating between two infinities gives NaN, which no bound is under: a message
+    # that never completed counts as the largest float, as late as any comparison needs.
+    return percentile([min(v, sys.float_info.max) for v in latency_ms[first:last]], 99)
 
 
 def p99_steps(
