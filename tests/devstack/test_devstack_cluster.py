@@ -3,7 +3,9 @@
 The argument checks and the status file's bootstrap list run in the default suite; the
 background stack on a real cluster (marker ``cluster``) is started, checked node by node,
 failed on purpose with ``headwater chaos`` (a dry run changes nothing; a killed leader
-and a rolling restart are replaced by the supervisor) and stopped, without Spark.
+and a rolling restart are replaced by the supervisor) and stopped, without Spark. And
+``devstack run --brokers 3`` with the enricher through each fault ``--chaos`` provokes (a
+leader killed, a rolling restart of every node): every guarantee of the summary holds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -31,6 +34,19 @@ def test_brokers_is_one_or_an_odd_quorum(count: str) -> None:
     done = devstack("run", "--brokers", count)
     assert done.returncode == 2
     assert f"1, or an odd number from 3 to 9, not '{count}'" in done.stderr
+
+
+@pytest.mark.parametrize(("chaos", "said"), [("", "--chaos leader"), ("roll", "--chaos roll")])
+def test_chaos_needs_a_cluster(chaos: str, said: str) -> None:
+    done = devstack("run", "--chaos", *([chaos] if chaos else []))
+    assert done.returncode == 2
+    assert f"{said} fails brokers: it needs a cluster that survives it" in done.stdout
+
+
+def test_chaos_is_a_leader_kill_or_a_roll() -> None:
+    done = devstack("run", "--brokers", "3", "--chaos", "upgrade")
+    assert done.returncode == 2
+    assert "invalid choice: 'upgrade' (choose from 'leader', 'roll')" in done.stderr
 
 
 def test_one_broker_stays_as_it_was_and_a_cluster_takes_the_next_ports(tmp_path: Path) -> None:
@@ -150,7 +166,43 @@ def test_run_with_three_brokers_and_a_leader_killed_holds_every_guarantee(tmp_pa
     # What `make run ARGS="--brokers 3 --chaos"` shows a new user: the whole pipeline, the
     # enricher included, with the telemetry leader SIGKILLed halfway through the traffic
     # (`run` picks a free port for each node).
-    command = ["devstack", "run", "--brokers", "3", "--chaos", "--duration", "40", "--json"]
+    summary = _run_three_brokers(tmp_path, "--chaos", "--duration", "40")
+    fault = summary["kafka"]["fault"]
+    assert fault["leader_of"] == "ingest.telemetry.v1[0]" and fault["new_leader_after_s"] > 0
+    assert summary["acked"] > 0 and summary["acked_but_missing_in_kafka"] == 0
+    assert summary["enricher"]["messages_without_terminal_completion"] == 0
+    assert summary["enricher"]["messages_with_two_different_outcomes"] == 0
+    assert summary["enricher"]["completions"]["ENRICHED"] > 0
+    assert fault["kind"] == "leader"
+    assert {"p99_before_ms", "p99_back_under_2s_s"} <= fault.keys()
+    print(f"\nrun --brokers 3 --chaos: {fault}, acked {summary['acked']}")
+
+
+@pytest.mark.cluster
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_run_through_a_rolling_restart_of_the_brokers_holds_every_guarantee(
+    tmp_path: Path,
+) -> None:
+    # `make run ARGS="--brokers 3 --chaos roll"`: every node restarted in turn (SIGTERM, the
+    # next once all is in sync) 10 s after the 20 s warm-up, the enricher included in the
+    # run. 100 s of traffic (the run's default with a roll is 150 s): the roll took 52 s here.
+    summary = _run_three_brokers(tmp_path, "--chaos", "roll", "--duration", "100")
+    fault = summary["kafka"]["fault"]
+    assert fault["kind"] == "roll" and fault["rolled_nodes"] == [1, 2, 3]
+    assert len(fault["per_node_s"]) == 3
+    assert {"p99_before_ms", "p99_back_under_2s_s"} <= fault.keys()
+    assert summary["acked"] > 0 and summary["acked_but_missing_in_kafka"] == 0
+    enricher = summary["enricher"]
+    assert enricher["messages_without_terminal_completion"] == 0
+    assert enricher["messages_with_two_different_outcomes"] == 0
+    assert enricher["completions"]["ENRICHED"] > 0
+    print(f"\nrun --brokers 3 --chaos roll: {fault}, acked {summary['acked']}, {enricher}")
+
+
+def _run_three_brokers(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``devstack run --brokers 3`` with ``args`` (a free port for each node); its summary."""
+    command = ["devstack", "run", "--brokers", "3", *args, "--json"]
     run = subprocess.run(
         [sys.executable, "-m", "headwater.cli", *command, "--workdir", str(tmp_path / "stack")],
         capture_output=True,
@@ -159,10 +211,5 @@ def test_run_with_three_brokers_and_a_leader_killed_holds_every_guarantee(tmp_pa
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    summary = json.loads(run.stdout.strip().splitlines()[-1])
-    fault = summary["kafka"]["fault"]
-    assert fault["leader_of"] == "ingest.telemetry.v1[0]" and fault["new_leader_after_s"] > 0
-    assert summary["acked"] > 0 and summary["acked_but_missing_in_kafka"] == 0
-    assert summary["enricher"]["messages_without_terminal_completion"] == 0
-    assert summary["enricher"]["completions"]["ENRICHED"] > 0
-    print(f"\nrun --brokers 3 --chaos: {fault}, acked {summary['acked']}")
+    summary: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return summary

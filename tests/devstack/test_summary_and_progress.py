@@ -14,7 +14,10 @@ from headwater_dev.devstack.summary import (
     connector_summary,
     end_to_end,
     guarantees,
+    p99_back_under_s,
+    p99_before_ms,
     render,
+    two_outcomes,
 )
 
 SUMMARY = {
@@ -38,6 +41,7 @@ SUMMARY = {
         "retries": 5,
         "state_snapshots": 29000,
         "messages_without_terminal_completion": 3,
+        "messages_with_two_different_outcomes": 0,
         "end_to_end_p50_ms": 800.0,
         "end_to_end_p99_ms": 2100.5,
         "parked_end_to_end_p50_ms": 21000.0,
@@ -171,7 +175,7 @@ def test_end_to_end_splits_parked_messages_and_leaves_the_warm_up_out():
         _completion("unknown", enriched, 2_000),  # not read back from ingest
     ]
     direct, parked = end_to_end(completions, received, measured_from_ms=1_000)
-    assert direct == [800, 1_000]
+    assert direct == [(1_000, 800), (1_100, 1_000)]
     assert parked == [30_000]
 
 
@@ -211,3 +215,61 @@ def test_connectors_stage_shows_each_connectors_device_spooled_in_kafka_and_enri
     assert row(table, "modbus (acme-edge-meter): spooled / in Kafka / ENRICHED")[-5:] == [
         "7", "/", "6", "/", "-",
     ]  # fmt: skip
+
+
+def test_two_different_outcomes_for_a_message_fail_a_guarantee():
+    enriched, dead = completion_pb2.OUTCOME_ENRICHED, completion_pb2.OUTCOME_DEAD_LETTERED
+
+    def done(message_id: str, outcome: int, *event_ids: str) -> completion_pb2.Completion:
+        events = [completion_pb2.EventRef(event_id=e) for e in event_ids]
+        return completion_pb2.Completion(message_id=message_id, outcome=outcome, events=events)
+
+    assert two_outcomes([
+        done("a", enriched, "e1"), done("a", enriched, "e1"),  # a copy: at-least-once
+        done("b", completion_pb2.OUTCOME_RETRY_SCHEDULED), done("b", enriched, "e2"),  # parked
+        done("c", enriched, "e3"), done("c", completion_pb2.OUTCOME_DUPLICATE),  # resent
+        done("d", enriched, "e4"), done("d", enriched, "e5"),  # enriched twice, differently
+        done("e", enriched, "e6"), done("e", dead),  # enriched and dead-lettered
+    ]) == 2  # fmt: skip
+    assert row(render(SUMMARY), "messages with two different outcomes")[-2:] == ["0", "PASS"]
+    twice = {
+        **SUMMARY,
+        "enricher": {**SUMMARY["enricher"], "messages_with_two_different_outcomes": 1},
+    }
+    assert row(render(twice), "messages with two different outcomes")[-2:] == ["1", "FAIL"]
+
+
+def test_the_fault_rows_say_what_was_done_and_when_the_p99_was_back():
+    roll = {
+        "kind": "roll", "at_ms": 0, "rolled_nodes": [1, 2, 3], "per_node_s": [21.0, 25.5, 19.2],
+        "in_sync_again_after_s": 65.7, "p99_before_ms": 900.0, "p99_back_under_2s_s": 31.5,
+    }  # fmt: skip
+    table = render({**SUMMARY, "kafka": {"brokers": 3, "fault": roll}})
+    assert row(table, "rolling restart (SIGTERM) of nodes")[-3:] == ["1,", "2,", "3"]
+    assert " ".join(row(table, "- each in sync again after")[-8:]) == "21.0 s / 25.5 s / 19.2 s"
+    assert row(table, "- end-to-end p99 (not parked) back under 2 s after")[-2:] == ["31.5", "s"]
+    assert row(table, "- end-to-end p99 (not parked) before it")[-2:] == ["900.0", "ms"]
+    leader = {
+        "kind": "leader", "at_ms": 0, "killed_node": 2, "leader_of": "ingest.telemetry.v1[0]",
+        "new_leader_after_s": 9.1, "in_sync_again_after_s": 30.2, "p99_before_ms": None,
+        "p99_back_under_2s_s": None,
+    }  # fmt: skip
+    table = render({**SUMMARY, "kafka": {"brokers": 3, "fault": leader}})
+    assert row(table, "leader of ingest.telemetry.v1[0] killed")[-2:] == ["node", "2"]
+    assert row(table, "- every replica in sync again after")[-2:] == ["30.2", "s"]
+    back = row(table, "- end-to-end p99 (not parked) back under 2 s after")
+    assert back[-4:] == ["not", "within", "the", "run"]
+    before = row(table, "- end-to-end p99 (not parked) before it")
+    assert before[-3:] == ["no", "message", "measured"]
+
+
+def test_the_p99_back_under_2_s_is_over_windows_of_receipt_times_after_the_fault():
+    # 10 messages a second at 300 ms; those received in the 8 s after the fault wait 6 s.
+    received = list(range(0, 60_000, 100))
+    latency = [6_000.0 if 20_000 <= t < 28_000 else 300.0 for t in received]
+    enriched = EnrichedOutput(end_to_end_ms=latency, end_to_end_received_ms=received)
+    # The last slow one (27.9 s) leaves the 5 s window at the step 33 s: 13 s after the fault.
+    assert p99_back_under_s(enriched, 20_000) == 13.0
+    assert p99_back_under_s(EnrichedOutput(), 20_000) is None  # nothing enriched
+    assert p99_before_ms(enriched, 20_000) == 300.0  # the 200 received before it
+    assert p99_before_ms(enriched, 0) is None

@@ -13,12 +13,19 @@ two one-core workers (tests/support/spark_standalone.py) while messages flow ste
 After each: every message has exactly one distinct terminal completion (a task retried or a
 batch replayed may write a completion twice, never a different one), gateway resends after
 the executor kill are recognized as duplicates (the dedup state reloaded, not lost), and
-each device's last snapshot counts every message once, in sequence, without a gap. Figures
-are printed (``pytest -s``) and kept in docs/benchmarks.md.
+each device's last snapshot counts every message once, in sequence, without a gap.
+
+Issue 36's target for each fault, end-to-end p99 back under 2 s within 30 s of it, is measured
+and printed, not asserted (a figure of the machine): the traffic goes on after a fault until
+the p99 of the messages sent in a sliding 5 s window has been back under 2 s for 15 s
+(``headwater_dev.devstack.p99_window``), or for at most ``OBSERVE_S``. A message's latency
+runs from its send to the time Kafka stamped its first terminal completion. Figures are
+printed (``pytest -s``) and kept in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import statistics
@@ -33,6 +40,12 @@ import pytest
 from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.read import read_topic
 from headwater.proto.events.v1 import device_state_pb2
+from headwater_dev.devstack.p99_window import (
+    HOLD_S,
+    P99_BOUND_MS,
+    WINDOW_S,
+    seconds_back_under,
+)
 from headwater_dev.devstack.spark_cluster import SparkStandalone
 from tests.support.kafkatools import (
     ACME,
@@ -55,8 +68,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 DEVICES = 6
 #: Steady traffic around each fault: RATE messages a second; the fault once FAULT_AFTER of
-#: them are complete, then FEED_AFTER_S more seconds of it. MAX_FEED bounds a phase.
-RATE, FAULT_AFTER, FEED_AFTER_S, MAX_FEED = 10.0, 20, 10.0, 1200
+#: them are complete, then at least FEED_AFTER_S more seconds of it, and on until the p99 is
+#: back under 2 s for good or OBSERVE_S have passed. MAX_FEED bounds a phase.
+RATE, FAULT_AFTER, FEED_AFTER_S, OBSERVE_S, MAX_FEED = 10.0, 20, 10.0, 150.0, 2400
 #: Small batches, so that a fault lands in the middle of a stream of them.
 SETTINGS = {
     "MAX_RECORDS_PER_TRIGGER": "40",
@@ -129,17 +143,23 @@ class Feed(threading.Thread):
 
 
 class Completions:
-    """Reads completions.v1; remembers when each message's first terminal one was seen."""
+    """Reads completions.v1; remembers when each message's first terminal one was written.
+
+    When Kafka stamped it (the enricher's producer), on the test's monotonic clock: the
+    consumer's polls would add up to half a second to a latency.
+    """
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self._reader = TopicReader(bootstrap, topic)
         self.first_seen: dict[str, float] = {}
 
     def _poll(self) -> None:
-        now = time.monotonic()
-        for c in completions(self._reader.poll(0.5)):
+        wall_minus_monotonic = time.time() - time.monotonic()
+        for record in self._reader.poll(0.5):
+            (c,) = completions([record])
             if outcome(c) in TERMINAL:
-                self.first_seen.setdefault(c.message_id, now)
+                written = record.timestamp()[1] / 1000 - wall_minus_monotonic
+                self.first_seen.setdefault(c.message_id, written)
 
     def wait(self, ids: set[str], timeout_s: float, tick: Callable[[], None]) -> None:
         """Poll until every message of ``ids`` has a terminal completion."""
@@ -157,6 +177,32 @@ class Completions:
             assert time.monotonic() < deadline, "the stream never got going"
             tick()
             self._poll()
+
+    def back_under_s(self, sent_at: dict[str, float], fault: float, until: float) -> float | None:
+        """Seconds from ``fault`` until the p99 of messages sent was back under 2 s for good.
+
+        Windows of send times up to ``until``; a message still without a completion counts as
+        infinitely late. None when the p99 was not back (yet).
+        """
+        order = sorted(sent_at.items(), key=lambda sent: sent[1])
+        latency_ms = [
+            (self.first_seen[i] - at) * 1000 if i in self.first_seen else math.inf
+            for i, at in order
+        ]
+        times_ms = [at * 1000 for _, at in order]
+        return seconds_back_under(times_ms, latency_ms, fault * 1000, until * 1000)
+
+    def until_back_under(
+        self, sent_at: Callable[[], dict[str, float]], fault: float, tick: Callable[[], None]
+    ) -> None:
+        """Poll until the p99 is back under 2 s for good, or ``OBSERVE_S`` after ``fault``."""
+        while time.monotonic() < fault + OBSERVE_S:
+            tick()
+            self._poll()
+            # Windows whose messages are each complete or already later than the bound.
+            settled = time.monotonic() - P99_BOUND_MS / 1000
+            if self.back_under_s(sent_at(), fault, settled) is not None:
+                return
 
     def terminal(self) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
         """Every terminal completion read, per message: (outcome, event ids)."""
@@ -193,7 +239,9 @@ def fault_under_feed(
 
     ``fault`` does the damage and returns the tick to poll while waiting (the driver it
     started again, say). Returns the figures: the latency before, the seconds from the
-    fault to the first completion of a message sent after it, the worst latency after.
+    fault to the first completion of a message sent after it, the worst latency after, and
+    the seconds from the fault until the p99 was back under 2 s for good (inf: not within
+    ``OBSERVE_S``).
     """
     feed = Feed(bootstrap, topics.ingest[0], fleet, prefix)
     feed.start()
@@ -203,19 +251,23 @@ def fault_under_feed(
     struck = time.monotonic()
     tick = fault()
     time.sleep(FEED_AFTER_S)  # traffic goes on across the fault, whatever it takes
+    done.until_back_under(lambda: dict(feed.sent_at), struck, tick)
     ids = feed.finish()
     done.wait(ids, RECOVER_S, tick)
     after = [i for i in ids if feed.sent_at[i] > struck]
+    last_sent = max(feed.sent_at.values())
+    back = done.back_under_s(feed.sent_at, struck, last_sent)
     return {
         "latency_p50_before_s": statistics.median(before),
         "recovered_s": min(done.first_seen[i] for i in after) - struck,
         "latency_max_after_s": max(done.first_seen[i] - feed.sent_at[i] for i in after),
+        "p99_back_under_2s_s": math.inf if back is None else back,
     }
 
 
 # Bounded by its waits; on a two-core machine shared with other work a driver's start alone
 # took 120 s (docs/benchmarks.md), so more than the suite's 300 s.
-@pytest.mark.timeout(1080)
+@pytest.mark.timeout(1200)
 def test_lost_executor_worker_and_driver_lose_nothing(
     kafka_bootstrap: str, spark_standalone: SparkStandalone, tmp_path: Path
 ) -> None:
@@ -310,10 +362,14 @@ def test_lost_executor_worker_and_driver_lose_nothing(
         f"executor SIGKILL: {_figures(executor)}; worker and its executor SIGKILL: "
         f"{_figures(worker)}; driver SIGKILL + restart: "
         f"{_figures(driver_fault)}; {len(fleet.sent)} messages, {copies} completion copies "
-        f"seen by the consumer, 0 lost; test {time.monotonic() - started:.0f}s; "
+        f"seen by the consumer, 0 lost (p99 back under 2 s: of {WINDOW_S:g} s windows of "
+        f"send times, held {HOLD_S:g} s); test {time.monotonic() - started:.0f}s; "
         f"load {os.getloadavg()[0]:.1f}"
     )
 
 
 def _figures(fig: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.1f}" for k, v in fig.items())
+    return ", ".join(
+        f"{k} {v:.1f}" if math.isfinite(v) else f"{k} not within {OBSERVE_S:g}"
+        for k, v in fig.items()
+    )

@@ -28,7 +28,6 @@ from headwater_dev.devstack import edge_gateway, seeding, status_file
 from headwater_dev.devstack.cluster import BrokerCluster, dev_kafka
 from headwater_dev.devstack.commands import CommandTally, command_states, send_now_and_then
 from headwater_dev.devstack.fleet import FleetStats, SimGateway, build_fleet, run_fleet
-from headwater_dev.devstack.leader_loss import kill_a_leader
 from headwater_dev.devstack.ports import free_port
 from headwater_dev.devstack.processes import (
     DEV_MAX_PAYLOAD_BYTES,
@@ -43,10 +42,13 @@ from headwater_dev.devstack.processes import (
 )
 from headwater_dev.devstack.progress import ProgressLine
 from headwater_dev.devstack.readback import missing_acks, read_ingest
+from headwater_dev.devstack.run_faults import fault_start_s, provoke
 from headwater_dev.devstack.spark_cluster import SparkStandalone
 from headwater_dev.devstack.summary import (
     build_summary,
     connector_summary,
+    p99_back_under_s,
+    p99_before_ms,
     read_enriched,
     render,
 )
@@ -69,8 +71,9 @@ class DevStackOptions:
     json_output: bool = False
     #: 1: the embedded broker; 3: a cluster with production's replication (RF 3, min ISR 2).
     brokers: int = 1
-    #: Kill the leader of the telemetry topic halfway (needs brokers >= 3).
-    chaos: bool = False
+    #: A fault mid-run (needs brokers >= 3): "leader", the telemetry topic's leader killed
+    #: halfway; "roll", a rolling restart of every node after the warm-up; None: none.
+    chaos: str | None = None
     #: 0: the enricher in Spark's local mode; N: on a standalone cluster of N workers.
     spark_workers: int = 0
     #: One device of each gateway connector (MQTT, OPC UA, Modbus) behind one
@@ -231,7 +234,14 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 )
             )
             chaos = (
-                asyncio.create_task(kill_a_leader(broker, opts.duration_s / 2, display))
+                asyncio.create_task(
+                    provoke(
+                        opts.chaos,
+                        broker,
+                        fault_start_s(opts.chaos, opts.duration_s, opts.latency_warmup_s),
+                        display,
+                    )
+                )
                 if opts.chaos and isinstance(broker, BrokerCluster)
                 else None
             )
@@ -272,6 +282,9 @@ async def run_devstack(opts: DevStackOptions) -> dict[str, Any]:
                 enriched,
                 opts.latency_warmup_s,
             )
+            if fault is not None and enriched is not None:
+                fault["p99_before_ms"] = p99_before_ms(enriched, fault["at_ms"])
+                fault["p99_back_under_2s_s"] = p99_back_under_s(enriched, fault["at_ms"])
             summary["kafka"] = {"brokers": opts.brokers, "fault": fault}
             if edge_figures is not None:
                 summary["connectors"] = connector_summary(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,11 @@ from headwater.topics import (
     RETRY_TOPIC,
 )
 from headwater_dev.devstack.fleet import FleetStats
+from headwater_dev.devstack.p99_window import seconds_back_under
 from headwater_dev.devstack.readback import IngestReadback, read_topic
+
+#: The outcomes that end a message (RETRY_SCHEDULED parks it; DUPLICATE answers a resend).
+_FINAL = (completion_pb2.OUTCOME_ENRICHED, completion_pb2.OUTCOME_DEAD_LETTERED)
 
 
 @dataclass
@@ -26,6 +31,8 @@ class EnrichedOutput:
     events: int = 0
     completions: Counter[str] = field(default_factory=Counter)
     terminal_message_ids: set[str] = field(default_factory=set)
+    #: Messages with two different final outcomes (:func:`two_outcomes`).
+    two_outcomes: int = 0
     dead_letters: Counter[str] = field(default_factory=Counter)
     retries: int = 0
     state_snapshots: int = 0
@@ -35,6 +42,8 @@ class EnrichedOutput:
     #: enriched at once, and those parked first (their device's master data came late).
     end_to_end_ms: list[float] = field(default_factory=list)
     parked_end_to_end_ms: list[float] = field(default_factory=list)
+    #: When ingest received each message of ``end_to_end_ms`` (ms since the epoch).
+    end_to_end_received_ms: list[int] = field(default_factory=list)
 
 
 def read_enriched(
@@ -60,9 +69,10 @@ def read_enriched(
             out.terminal_message_ids.add(completion.message_id)
         if completion.outcome == completion_pb2.OUTCOME_ENRICHED:
             out.enriched_per_device[completion.device_id] += 1
-    out.end_to_end_ms, out.parked_end_to_end_ms = end_to_end(
-        completions, received_at_ms, measured_from_ms
-    )
+    out.two_outcomes = two_outcomes([c for c, _ in completions])
+    direct, out.parked_end_to_end_ms = end_to_end(completions, received_at_ms, measured_from_ms)
+    out.end_to_end_received_ms = [received for received, _ in direct]
+    out.end_to_end_ms = [latency for _, latency in direct]
     for msg in read_topic(bootstrap, DEADLETTER_TOPIC):
         out.dead_letters[dead_letter_pb2.DeadLetter.FromString(msg.value() or b"").reason] += 1
     out.retries = sum(1 for _ in read_topic(bootstrap, RETRY_TOPIC))
@@ -70,12 +80,28 @@ def read_enriched(
     return out
 
 
+def two_outcomes(completions: list[completion_pb2.Completion]) -> int:
+    """Return how many messages have two different final outcomes.
+
+    Final: ENRICHED (with its event ids) or DEAD_LETTERED. A copy of the same completion is
+    at-least-once and harmless; a DUPLICATE answers a resend, not the message's outcome.
+    """
+    final: dict[str, set[tuple[int, tuple[str, ...]]]] = {}
+    for c in completions:
+        if c.outcome in _FINAL:
+            events = tuple(e.event_id for e in c.events)
+            final.setdefault(c.message_id, set()).add((c.outcome, events))
+    return sum(1 for outcomes in final.values() if len(outcomes) > 1)
+
+
 def end_to_end(
     completions: list[tuple[completion_pb2.Completion, int]],
     received_at_ms: dict[str, int],
     measured_from_ms: int,
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[tuple[int, float]], list[float]]:
     """Return ingest receipt -> ENRICHED completion (ms): (not parked, parked first).
+
+    Those not parked come with their receipt, in the order of it: (received, latency).
 
     ``completions`` are (completion, the time Kafka stamped it). Only messages received at
     or after ``measured_from_ms`` count. A message parked (a RETRY_SCHEDULED completion
@@ -85,15 +111,43 @@ def end_to_end(
     parked = {
         c.message_id for c, _ in completions if c.outcome == completion_pb2.OUTCOME_RETRY_SCHEDULED
     }
-    direct: list[float] = []
+    direct: list[tuple[int, float]] = []
     retried: list[float] = []
     for c, written_ms in completions:
         received = received_at_ms.get(c.message_id)
         if c.outcome != completion_pb2.OUTCOME_ENRICHED or not received:
             continue
-        if received >= measured_from_ms:
-            (retried if c.message_id in parked else direct).append(written_ms - received)
-    return direct, retried
+        if received < measured_from_ms:
+            continue
+        if c.message_id in parked:
+            retried.append(written_ms - received)
+        else:
+            direct.append((received, written_ms - received))
+    return sorted(direct), retried
+
+
+def p99_before_ms(enriched: EnrichedOutput, fault_ms: float) -> float | None:
+    """The not-parked p99 (ms) of messages received after the warm-up and before the fault.
+
+    What "back under 2 s" compares with; None when no message was received in between.
+    """
+    before = bisect.bisect_left(enriched.end_to_end_received_ms, fault_ms)
+    if before == 0:
+        return None
+    return round(percentile(enriched.end_to_end_ms[:before], 99), 1)
+
+
+def p99_back_under_s(enriched: EnrichedOutput, fault_ms: float) -> float | None:
+    """Seconds from ``fault_ms`` until the not-parked p99 was back under 2 s for good.
+
+    Over sliding windows of ingest receipt times, to the last message received
+    (``headwater_dev.devstack.p99_window``); None when it was not back, or not held long
+    enough before the traffic ended.
+    """
+    received = enriched.end_to_end_received_ms
+    if not received:
+        return None
+    return seconds_back_under(received, enriched.end_to_end_ms, fault_ms, received[-1])
 
 
 def build_summary(
@@ -135,6 +189,7 @@ def build_summary(
             "messages_without_terminal_completion": len(
                 set(readback.found) - enriched.terminal_message_ids
             ),
+            "messages_with_two_different_outcomes": enriched.two_outcomes,
             # Messages enriched without being parked, received after the warm-up.
             "end_to_end_p50_ms": round(percentile(enriched.end_to_end_ms, 50), 1),
             "end_to_end_p99_ms": round(percentile(enriched.end_to_end_ms, 99), 1),
@@ -168,6 +223,12 @@ def guarantees(summary: dict[str, Any]) -> list[Guarantee]:
             Guarantee(
                 "messages without a terminal completion",
                 enricher["messages_without_terminal_completion"],
+            )
+        )
+        checks.append(
+            Guarantee(
+                "messages with two different outcomes",
+                enricher["messages_with_two_different_outcomes"],
             )
         )
     return checks
@@ -221,11 +282,7 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
         rows = [("brokers", str(kafka["brokers"]))]
         fault = kafka.get("fault")
         if fault is not None:
-            rows += [
-                (f"leader of {fault['leader_of']} killed", f"node {fault['killed_node']}"),
-                ("  - a new leader after", f"{fault['new_leader_after_s']} s"),
-                ("  - every replica in sync again after", f"{fault['in_sync_again_after_s']} s"),
-            ]
+            rows += _fault_rows(fault)
         stages.append(("kafka", rows))
     connectors = summary.get("connectors")
     if connectors is not None:
@@ -241,6 +298,34 @@ def _stage_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
         for stage, rows in stages
         for i, (measure, value) in enumerate(rows)
     ]
+
+
+def _fault_rows(fault: dict[str, Any]) -> list[tuple[str, str]]:
+    """The fault ``--chaos`` provoked, and when the end-to-end p99 was back after it."""
+    if fault["kind"] == "roll":
+        rows = [
+            ("rolling restart (SIGTERM) of nodes", ", ".join(map(str, fault["rolled_nodes"]))),
+            ("  - each in sync again after", " / ".join(f"{s} s" for s in fault["per_node_s"])),
+        ]
+    else:
+        rows = [
+            (f"leader of {fault['leader_of']} killed", f"node {fault['killed_node']}"),
+            ("  - a new leader after", f"{fault['new_leader_after_s']} s"),
+        ]
+    rows.append(("  - every replica in sync again after", f"{fault['in_sync_again_after_s']} s"))
+    if "p99_back_under_2s_s" in fault:  # the enricher ran
+        before, back = fault["p99_before_ms"], fault["p99_back_under_2s_s"]
+        rows += [
+            (
+                "  - end-to-end p99 (not parked) before it",
+                "no message measured" if before is None else f"{before} ms",
+            ),
+            (
+                "  - end-to-end p99 (not parked) back under 2 s after",
+                "not within the run" if back is None else f"{back} s",
+            ),
+        ]
+    return rows
 
 
 def connector_summary(

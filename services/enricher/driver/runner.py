@@ -32,6 +32,7 @@ def run_enricher(
 
     from headwater.enricher.driver import job
     from headwater.enricher.driver.metrics import EnricherListener
+    from headwater.enricher.driver.milestones import StartMilestones
     from headwater.enricher.driver.progress_offsets import from_settings as progress_listener
     from headwater.enricher.state import jvm_state
     from headwater.runtime.telemetry import create_telemetry
@@ -42,6 +43,9 @@ def run_enricher(
     log_normalizers()
     with sigint_kept():  # the caller's stop path, not pyspark's
         spark = job.build_session(settings)
+    log.info("Spark session ready", extra={"master": spark.sparkContext.master})
+    milestones = StartMilestones()  # where a restart's time goes, in the log
+    spark.streams.addListener(milestones)
     meter = telemetry.meter_provider.get_meter("headwater.enricher")
     listener = EnricherListener(meter, stats, jvm_state.ids_forgotten(spark))
     spark.streams.addListener(listener)
@@ -71,6 +75,7 @@ def run_enricher(
     finally:
         listener.read_stats()
         spark.streams.removeListener(listener)
+        spark.streams.removeListener(milestones)
         if progress:
             spark.streams.removeListener(progress)
             progress.close()

@@ -20,7 +20,6 @@ the query drained in large batches or kept paying small batches' costs.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -31,7 +30,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.enricher.driver.metrics import percentile
 from headwater.enricher.driver.settings import EnricherSettings
 from headwater.enricher.topics import EnricherTopics
 from headwater.kafka.admin import ensure_topics
@@ -40,16 +38,19 @@ from headwater.topics import TopicSpec
 from headwater_dev.bench.enricher import cpu as bench_cpu
 from headwater_dev.bench.enricher import query as bench
 from headwater_dev.bench.enricher import traffic
+from headwater_dev.devstack.p99_window import (
+    HOLD_S,
+    P99_BOUND_MS,
+    STEP_S,
+    WINDOW_S,
+    back_under,
+    p99_steps,
+    window_p99,
+)
 
-#: Issue 40's target: seconds from the backlog's end to drained and p99 under the bound.
+#: Issue 40's target: seconds from the backlog's end to drained and p99 under the bound
+#: (the p99's window, bound and hold: ``headwater_dev.devstack.p99_window``).
 TARGET_S = 30.0
-#: The p99 the recovered query must hold (milliseconds).
-P99_BOUND_MS = 2000.0
-#: The sliding window the p99 is taken over, and the step it slides by (seconds).
-WINDOW_S = 5.0
-STEP_S = 0.5
-#: How long p99 must stay under the bound before the query counts as recovered.
-HOLD_S = 15.0
 #: Slices of the offered load: the release's record count is known to within one.
 _SLICE_S = 0.25
 #: A batch's durations shown with its rows: the whole trigger, and the batch itself.
@@ -97,16 +98,6 @@ class Recovery:
     p99_by_step: list[tuple[float, float]]
 
 
-def window_p99(seen_ms: list[float], latency_ms: list[float], end_ms: float) -> float:
-    """Return the p99 (ms) of completions seen in the ``WINDOW_S`` before ``end_ms``.
-
-    ``seen_ms`` is in order. A window without a completion is infinite: nothing came out.
-    """
-    first = bisect.bisect_right(seen_ms, end_ms - WINDOW_S * 1000)
-    last = bisect.bisect_right(seen_ms, end_ms)
-    return percentile(latency_ms[first:last], 0.99) if last > first else math.inf
-
-
 def recovery_time(
     seen_ms: list[float],
     latency_ms: list[float],
@@ -122,16 +113,8 @@ def recovery_time(
     under the bound, once drained, held for ``HOLD_S``; None when that never happened.
     """
     drained_at = seen_ms[drained_count - 1] if 0 < drained_count <= len(seen_ms) else None
-    steps: list[tuple[float, float]] = []
-    t = released_ms + STEP_S * 1000
-    while t <= ended_ms:
-        steps.append((t, window_p99(seen_ms, latency_ms, t)))
-        t += STEP_S * 1000
-    recovered_at = None
-    for t, p99 in reversed(steps):
-        if p99 > P99_BOUND_MS or drained_at is None or t < drained_at:
-            break
-        recovered_at = t
+    steps = p99_steps(seen_ms, latency_ms, released_ms, ended_ms)
+    recovered_at = None if drained_at is None else back_under(steps, drained_at)
     if recovered_at is not None and ended_ms - recovered_at < HOLD_S * 1000:
         recovered_at = None  # not held long enough to count
     return Recovery(
