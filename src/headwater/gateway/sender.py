@@ -184,7 +184,8 @@ class EndpointSender:
         read: asyncio.Future[Any] = asyncio.ensure_future(call.read())
         try:
             while True:
-                if not stop.is_set() and self._pause_left() <= 0:
+                room = lanes.inflight < cfg.window_frames
+                if room and not stop.is_set() and self._pause_left() <= 0:
                     self._wake.clear()
                     await self._read_spool(lanes)
                     for frame in lanes.frames(time.monotonic()):
@@ -211,7 +212,7 @@ class EndpointSender:
                 oldest = min(frame.sent_at for frame in inflight.values())
                 timeout = oldest + cfg.call_timeout_s - now
                 waiters: set[asyncio.Future[Any]] = {read}
-                if not stop.is_set():
+                if lanes.inflight < cfg.window_frames and not stop.is_set():
                     if self._pause_left() > 0:
                         timeout = min(timeout, self._pause_left())
                     else:
