@@ -98,7 +98,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(
         f"load: {opts['rate']:,.0f} msg/s asked, {opts['payload']} B payloads from 100 devices, "
         "spooled through the gateway library (one durable spool, synchronous=FULL; the "
-        "library's defaults: one stream, frames of 100, window 4)"
+        "library's defaults: one stream, frames of 100, 8 in flight, 2 per partition lane)"
     )
     rows = [r for r in report["targets"] if r["target"].startswith("load ")]
     if any(r["verdict"] == "MISSED" for r in rows):
