@@ -25,8 +25,9 @@ BACKLOG, LIVE = 150, 50  # per device
 
 
 async def test_lanes_keep_each_devices_order_and_lose_nothing(
-    ingest, kafka_bootstrap, tmp_path: Path
+    start_ingest, ingest_settings, kafka_bootstrap, tmp_path: Path
 ) -> None:
+    ingest = await start_ingest(ingest_settings)
     devices = devices_over(f"acme-lanes-{uuid.uuid4().hex[:8]}", DEVICES, PARTITIONS)
     ok_partitions: dict[str, set[int]] = defaultdict(set)
     by_id: dict[str, str] = {}
