@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from headwater.gateway.lanes import (
+    LINGER_S,
     QUEUED_FRAMES,
     STALLED_AFTER_S,
     UNKNOWN,
@@ -46,6 +47,11 @@ def fill(lanes: Lanes, spool: Spool, now: float) -> None:
     read_spool(lanes, spool, "telemetry", lanes.limits.frame_messages, 1 << 20, now)
 
 
+def frames_now(lanes: Lanes, now: float) -> list[Frame]:
+    """The frames that go at ``now`` and those that linger no longer than allowed."""
+    return lanes.frames(now) + lanes.frames(now + LINGER_S)
+
+
 def answer_ok(lanes: Lanes, spool: Spool, frame: Frame) -> None:
     spool.delivered([r.seq for r in frame.rows])
     lanes.answered(frame, [PARTITION[d] for d in frame.devices])
@@ -77,7 +83,7 @@ def test_devices_share_the_unknown_lane_until_an_ok_names_their_partition(spool)
     answer_ok(lanes, spool, first)
     spool_round(spool, "abc", rounds=2)
     fill(lanes, spool, 0.0)
-    frames = lanes.frames(0.0)
+    frames = frames_now(lanes, 0.0)
     assert {f.lane: set(f.devices) for f in frames} == {0: {"a"}, 1: {"b"}, 2: {"c"}}
 
 
@@ -90,7 +96,7 @@ def test_a_stalled_partition_holds_only_its_own_frames(spool) -> None:
     for _ in range(60):  # 6 s of a partition 0 that answers nothing
         spool_round(spool, "abcdef", rounds=2)
         fill(lanes, spool, now)
-        for frame in lanes.frames(now):
+        for frame in frames_now(lanes, now):
             sent.append(frame)
             if frame.lane == 0:
                 stuck.append(frame)
@@ -175,7 +181,7 @@ def test_pushback_pauses_only_its_lane(spool) -> None:
     lanes.pause(0, until=5.0)
     spool_round(spool, "abc")
     fill(lanes, spool, 1.0)
-    frames = lanes.frames(1.0)
+    frames = frames_now(lanes, 1.0)
     assert sorted(f.lane for f in frames) == [1, 2]
     for frame in frames:
         answer_ok(lanes, spool, frame)
@@ -266,3 +272,22 @@ def test_random_stalls_keep_each_devices_order_and_lose_nothing(spool, seed: int
         assert seqs == list(range(1, len(seqs) + 1)), (device, seqs)
     # Sent once each (no answer was lost here) and every one delivered.
     assert sum(len(s) for s in counts.values()) == spool.stats().counters["delivered"]
+
+
+def test_a_part_filled_frame_lingers_only_while_others_are_in_flight(spool) -> None:
+    lanes = Lanes(LIMITS)
+    learn(lanes, spool, "ab")
+    spool_round(spool, "ab")
+    fill(lanes, spool, 1.0)
+    (first,) = lanes.frames(1.0)  # nothing in flight: the first part-filled frame goes at once
+    assert lanes.frames(1.0) == []  # the other waits for more messages, or an answer ...
+    assert lanes.wake_at(1.0) == pytest.approx(1.0 + LINGER_S)
+    (second,) = lanes.frames(1.0 + LINGER_S)  # ... for a while only
+    assert {first.lane, second.lane} == {0, 1}
+    answer_ok(lanes, spool, first)
+    answer_ok(lanes, spool, second)
+    # A full frame never lingers.
+    spool_round(spool, "a", rounds=LIMITS.frame_messages)
+    spool_round(spool, "b", rounds=LIMITS.frame_messages)
+    fill(lanes, spool, 2.0)
+    assert len(lanes.frames(2.0)) == 2

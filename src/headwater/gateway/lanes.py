@@ -41,6 +41,8 @@ STALLED_AFTER_S = 1.0
 QUEUED_FRAMES = 2
 #: Reads of new messages per fill (each at most a frame's worth).
 READS_PER_FILL = 4
+#: How long a part-filled frame may wait for more messages while other frames are in flight.
+LINGER_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class Lane:
     key: int
     queue: deque[tuple[DueMessage, str]] = field(default_factory=deque)
     queued_bytes: int = 0
+    #: When the oldest queued message was read (a part-filled frame lingers from then).
+    queued_since: float = 0.0
     #: When each unanswered frame was sent.
     sent: list[float] = field(default_factory=list)
     #: Parked: this lane's messages from this seq on are in the spool only.
@@ -140,7 +144,7 @@ class Lanes:
             device = device_of(row)
             lane = self.lane_of(device)
             if lane.parked_from is None and self._room(lane):
-                self._queue(lane, row, device)
+                self._queue(lane, row, device, now)
             elif lane.parked_from is not None or lane.stalled(now):
                 if lane.parked_from is None:
                     lane.parked_from = row.seq
@@ -151,7 +155,7 @@ class Lanes:
             self.cursor = row.seq
         return True
 
-    def retries(self, rows: Iterable[DueMessage]) -> None:
+    def retries(self, rows: Iterable[DueMessage], now: float) -> None:
         """Take due retries (at or below the cursor) into lanes with room; the rest wait."""
         for row in rows:
             if row.seq in self._held:
@@ -161,7 +165,7 @@ class Lanes:
             if self._parked_there(lane, row, device):
                 continue  # read again in order with the lane's parked messages
             if self._room(lane):
-                self._queue(lane, row, device)
+                self._queue(lane, row, device, now)
 
     def parked(self) -> list[tuple[int, int]]:
         """Parked lanes with room to read again: (lane, the seq to read from)."""
@@ -171,7 +175,7 @@ class Lanes:
             if lane.parked_from is not None and self._room(lane)
         ]
 
-    def reread(self, key: int, rows: Sequence[DueMessage]) -> None:
+    def reread(self, key: int, rows: Sequence[DueMessage], now: float) -> None:
         """Take a parked lane's messages back from rows read again from its ``parked_from``.
 
         ``rows``: every lane's due messages from there up to the cursor, in spool order;
@@ -185,7 +189,7 @@ class Lanes:
             if not self._room(lane):
                 lane.parked_from = row.seq
                 return
-            self._queue(lane, row, device)
+            self._queue(lane, row, device, now)
         if rows:
             lane.parked_from = rows[-1].seq + 1
             return
@@ -200,8 +204,9 @@ class Lanes:
         """Frames to send now: lanes in turn, within the lane's and the stream's window.
 
         A part-filled frame waits while its lane has frames in flight (like Nagle: an
-        answer or more messages come soon, and fewer, fuller frames carry more); with
-        nothing in flight in its lane it goes at once.
+        answer or more messages come soon, and fewer, fuller frames carry more), and for
+        at most :data:`LINGER_S` while other lanes have; with nothing in flight on the
+        stream it goes at once.
         """
         limits, out = self.limits, []
         keys = list(self._lanes)
@@ -218,7 +223,7 @@ class Lanes:
                     not lane.queue
                     or len(lane.sent) >= limits.lane_frames
                     or lane.paused_until > now
-                    or (lane.sent and not self._full(lane))
+                    or (not self._full(lane) and self._lingers(lane, now))
                 ):
                     continue
                 out.append(self._take(lane, now))
@@ -245,9 +250,15 @@ class Lanes:
     def wake_at(self, now: float) -> float | None:
         """The next time after ``now`` the lanes change by themselves; None: never.
 
-        A pause ends, or a lane comes to count as stalled (its messages may then be parked).
+        A pause ends, a part-filled frame has lingered long enough, or a lane comes to count
+        as stalled (its messages may then be parked).
         """
         times = [lane.paused_until for lane in self._lanes.values()]
+        times += [
+            lane.queued_since + LINGER_S
+            for lane in self._lanes.values()
+            if lane.queue and not lane.sent and lane.paused_until <= now
+        ]
         times += [min(lane.sent) + STALLED_AFTER_S for lane in self._lanes.values() if lane.sent]
         return min((t for t in times if t > now), default=None)
 
@@ -266,6 +277,10 @@ class Lanes:
             len(lane.queue) >= limits.frame_messages or 2 * lane.queued_bytes >= limits.frame_bytes
         )
 
+    def _lingers(self, lane: Lane, now: float) -> bool:
+        """A part-filled frame waits: its lane has one in flight, or others do (for a while)."""
+        return bool(lane.sent) or (self.inflight > 0 and now - lane.queued_since < LINGER_S)
+
     def _parked_there(self, lane: Lane, row: DueMessage, device: str) -> bool:
         return (
             lane.parked_from is not None
@@ -273,7 +288,9 @@ class Lanes:
             and device in lane.parked_devices
         )
 
-    def _queue(self, lane: Lane, row: DueMessage, device: str) -> None:
+    def _queue(self, lane: Lane, row: DueMessage, device: str, now: float) -> None:
+        if not lane.queue:
+            lane.queued_since = now
         lane.queue.append((row, device))
         lane.queued_bytes += len(row.envelope)
         self._queued[device] += 1
@@ -300,6 +317,7 @@ class Lanes:
                 del self._queued[device]
                 self._unpin(device, lane)
         lane.queued_bytes -= size
+        lane.queued_since = now
         lane.sent.append(now)
         self.inflight += 1
         return Frame(lane.key, tuple(rows), tuple(devices), now)
@@ -320,9 +338,10 @@ def read_spool(
     """
     if lanes.cursor:
         skip = set(lanes.held_retries)
-        lanes.retries(spool.retries_due(endpoint, limit, lanes.cursor, skip, max_bytes))
+        lanes.retries(spool.retries_due(endpoint, limit, lanes.cursor, skip, max_bytes), now)
     for key, first in lanes.parked():
-        lanes.reread(key, spool.due_after(endpoint, limit, first - 1, max_bytes, lanes.cursor))
+        rows = spool.due_after(endpoint, limit, first - 1, max_bytes, lanes.cursor)
+        lanes.reread(key, rows, now)
     for _ in range(READS_PER_FILL):
         rows = spool.due_after(endpoint, limit, lanes.cursor, max_bytes)
         if not lanes.read(rows, now) or len(rows) < limit:
