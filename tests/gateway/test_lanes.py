@@ -6,6 +6,7 @@ not at all, as a partition electing a new leader does) and moves the clock by ha
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from headwater.gateway.lanes import (
     Frame,
     LaneLimits,
     Lanes,
+    device_of,
     read_spool,
 )
 from headwater.gateway.spool import NewMessage, Spool
@@ -291,3 +293,19 @@ def test_a_part_filled_frame_lingers_only_while_others_are_in_flight(spool) -> N
     spool_round(spool, "b", rounds=LIMITS.frame_messages)
     fill(lanes, spool, 2.0)
     assert len(lanes.frames(2.0)) == 2
+
+
+def test_the_device_is_read_from_the_envelope_without_decoding_it(spool) -> None:
+    spool.enqueue_many(
+        "telemetry",
+        [
+            NewMessage("acme-ünï-1", CT, b"x" * 300, attributes={"site": "b"}),
+            NewMessage("d" * 200, CT, b"", device_time_ms=1),
+        ],
+    )
+    rows = spool.due("telemetry", 10)
+    for row in rows:
+        decoded = device_message_pb2.DeviceMessage.FromString(row.envelope).device_id
+        assert device_of(row) == decoded
+    garbage = dataclasses.replace(rows[0], envelope=b"\x0f\xff")
+    assert device_of(garbage) == ""  # not a message: the unknown lane

@@ -29,6 +29,8 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
+
 from headwater.gateway.records import DueMessage
 from headwater.gateway.spool import Spool
 from headwater.proto.device.v1 import device_message_pb2
@@ -39,8 +41,9 @@ UNKNOWN = -1
 STALLED_AFTER_S = 1.0
 #: Frames' worth of messages a lane may hold read but not yet sent.
 QUEUED_FRAMES = 2
-#: Reads of new messages per fill (each at most a frame's worth).
-READS_PER_FILL = 4
+#: Reads of new messages per fill at most (each a frame's worth): enough to give every
+#: lane a full frame, so a stream of many lanes still sends full frames.
+READS_PER_FILL = 16
 #: How long a part-filled frame may wait for more messages while other frames are in flight.
 LINGER_S = 0.02
 
@@ -87,8 +90,15 @@ class Lane:
 
 
 def device_of(row: DueMessage) -> str:
-    """The device a spooled message is from (the Kafka key, which picks its partition)."""
-    return device_message_pb2.DeviceMessage.FromString(row.envelope).device_id
+    """The device a spooled message is from (the Kafka key, which picks its partition).
+
+    The spool built the envelope, so it parses; "" (the unknown lane) if not. (Decoding it
+    whole takes 0.6 us, less than reading the one field in Python.)
+    """
+    try:
+        return device_message_pb2.DeviceMessage.FromString(row.envelope).device_id
+    except DecodeError:
+        return ""
 
 
 class Lanes:
