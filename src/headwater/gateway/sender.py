@@ -146,6 +146,7 @@ class EndpointSender:
             self._frame_messages = max(1, self._frame_messages // 2)
         else:
             self._frame_bytes = max(1, self._frame_bytes // 2)
+        self._lanes.limits = self._lane_limits()  # the lanes take smaller frames from now on
         log.warning(
             "ingest service refused a frame as too big; sending smaller frames",
             extra={
@@ -177,7 +178,6 @@ class EndpointSender:
             response_deserializer=response_type.FromString,
         )(metadata=self._metadata)
         lanes = self._lanes
-        lanes.limits = self._lane_limits()  # frames may have shrunk since the last stream
         lanes.rewind()
         inflight: dict[int, Frame] = {}
         frame_id = 0
