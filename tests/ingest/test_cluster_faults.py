@@ -69,11 +69,10 @@ ALARMS = INGEST_TOPICS["alarms"]
 #: Bounds of the traffic around a fault.
 BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
 #: The median wait for an OK of a gateway message on a partition the dead node did not
-#: hold, as a share of the election (measured: 0.7-1.0 s with partition lanes alone on the
-#: machine, 2.6 s and 3.6 s in a fresh clone's CI runs, for elections of 11-13 s; 12.3 s
-#: with one window for the stream, for an election of 12 s: a share of ~1; some still wait
-#: several seconds, as ingest's idempotent producer bumps its epoch once per kill).
-OTHERS_WAIT_SHARE = 0.5
+#: hold, during the election (measured: 1.0 s with partition lanes, 12.3 s with one window
+#: for the stream, for an election of 12 s; some still wait several seconds, as ingest's
+#: idempotent producer bumps its epoch once per kill).
+OTHERS_WAIT_S = 4.0
 #: The spool may grow by the dead leader's share of what was spooled meanwhile, and this
 #: much more of it (frames in flight, the first second of a stalled lane). 2x: a fresh
 #: clone's CI run on 2 loaded cores peaked at 1.59x (945 deep, 49 before, 1,788 spooled);
@@ -428,7 +427,7 @@ async def test_a_partition_electing_holds_only_its_own_devices_on_the_gateway_st
     print(f"\n{gateway_figures(load, others, {0}, killed_at, elected_s, back_at)}")
     # Partitions 1 and 2 were answered through the election, not after it ...
     waits = load.gateway_waits(others, killed_at, killed_at + elected_s)
-    assert waits and p50(waits) < OTHERS_WAIT_SHARE * elected_s, sorted(waits)
+    assert waits and p50(waits) < OTHERS_WAIT_S, sorted(waits)
     assert max(waits) < elected_s, sorted(waits)[-10:]
     for p in others:
         ends = killed_at + elected_s
