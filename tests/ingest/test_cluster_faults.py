@@ -74,10 +74,8 @@ BEFORE_S, AFTER_OK_S, FAULT_WINDOW_S = 3.0, 5.0, 60.0
 #: idempotent producer bumps its epoch once per kill).
 OTHERS_WAIT_S = 4.0
 #: The spool may grow by the dead leader's share of what was spooled meanwhile, and this
-#: much more of it (frames in flight, the first second of a stalled lane). 2x: a fresh
-#: clone's CI run on 2 loaded cores peaked at 1.59x (945 deep, 49 before, 1,788 spooled);
-#: one window for the stream keeps all of it (3x), which this still tells apart.
-LED_SHARE_SLACK = 2.0
+#: much more of it (frames in flight, the first second of a stalled lane).
+LED_SHARE_SLACK = 1.5
 #: How soon the write health must follow the writes: a look, plus slack for 2 shared cores.
 HEALTH_WITHIN_S = FAILING_AFTER_S + 2 * INTERVAL_S + 15
 #: The confluent writer's lines when a partition stalls and when it takes writes again.
