@@ -72,25 +72,6 @@ def kafka_copies(
     return found
 
 
-def sequences_in_kafka(bootstrap: str, endpoint: str, ids: set[str]) -> dict[str, list[int]]:
-    """Each device's sequence numbers as its partition holds them (the first copy of each
-    of ``ids``: a resend's second copy is at least once, not disorder)."""
-    records = sorted(
-        read_ingest_since_test_began(bootstrap, INGEST_TOPICS[endpoint]),
-        key=lambda r: (r.partition(), r.offset()),
-    )
-    stored: dict[str, list[int]] = {}
-    seen: set[str] = set()
-    for record in records:
-        headers: dict[str, bytes] = dict(record.headers() or [])  # type: ignore[arg-type]
-        message_id = headers.get(rh.MESSAGE_ID, b"").decode("utf-8", "replace")
-        if message_id in ids and message_id not in seen:
-            seen.add(message_id)
-            msg = device_message_pb2.DeviceMessage.FromString(record.value())
-            stored.setdefault(msg.device_id, []).append(msg.sequence)
-    return stored
-
-
 def new_meter() -> tuple[InMemoryMetricReader, Meter]:
     """A meter of its own, read in memory (the global provider is shared by every test)."""
     reader = InMemoryMetricReader()

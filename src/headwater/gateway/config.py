@@ -93,19 +93,7 @@ class GatewayConfig(Settings):
         help="envelope bytes per frame, below the server's 4 MiB request limit (one bigger "
         "message still goes alone)",
     )
-    #: 8: ingest's own window per stream (``stream_max_inflight_frames``); more would wait
-    #: unread behind a stalled partition's frames on the server.
-    window_frames: int = setting(
-        8, env="", help="frames in flight per stream, unanswered (all partition lanes together)"
-    )
-    #: 2: a lane at 100 messages a frame still carries thousands a second, and a stalled
-    #: partition (or two) leaves most of the stream's window to the others.
-    lane_window_frames: int = setting(
-        2,
-        env="",
-        help="frames in flight per partition lane: what one stalled Kafka partition may hold "
-        "of the stream ([lanes](#partition-lanes))",
-    )
+    window_frames: int = setting(4, env="", help="frames in flight per stream, unanswered")
     call_timeout_s: float = setting(
         10.0, minimum=0.1, unit="s", help="deadline of a batch call, and of each frame's answer"
     )
@@ -141,10 +129,8 @@ class GatewayConfig(Settings):
     def __post_init__(self) -> None:
         if not 1 <= self.frame_messages <= MAX_FRAME_MESSAGES:
             raise ValueError(f"frame_messages must be 1 to {MAX_FRAME_MESSAGES}")
-        if min(self.window_frames, self.lane_window_frames, self.frame_max_bytes) < 1:
-            raise ValueError(
-                "window_frames, lane_window_frames and frame_max_bytes must be at least 1"
-            )
+        if self.window_frames < 1 or self.frame_max_bytes < 1:
+            raise ValueError("window_frames and frame_max_bytes must be at least 1")
         if self.call_timeout_s <= 0 or self.backoff_initial_s <= 0:
             raise ValueError("call_timeout_s and backoff_initial_s must be positive")
 

@@ -1,24 +1,18 @@
 """Send one endpoint's spooled messages; delete a message only after its OK.
 
 A long-lived bidirectional stream with a window of frames in flight, or batch calls when
-the server offers no streams. On a stream, messages go in per-partition lanes
-(:mod:`headwater.gateway.lanes`), each with its own frames in flight, so a partition that
-elects a new leader holds only its own devices' frames.
+the server offers no streams. Per message: OK -> deleted; retriable -> kept and tried
+again after the server's RetryInfo delay or exponential backoff with full jitter;
+permanent -> moved to the rejected table, so a poison message never blocks the ones
+behind it. Call-level failures (link down, overload, bad credentials) keep every message
+and back off. Every call and every stream frame has a deadline.
 
-Per message: OK -> deleted; retriable -> kept and tried again after the server's RetryInfo
-delay or exponential backoff with full jitter; permanent -> moved to the rejected table, so
-a poison message never blocks the ones behind it. Call-level failures (link down, overload,
-bad credentials) keep every message and back off. Every call and every stream frame has a
-deadline.
-
-Pushback: a RESOURCE_EXHAUSTED answer with a RetryInfo delay pauses the whole endpoint for
-that delay, not just the refused messages: the server is saying it has no room, so sending
-more frames meanwhile would only be refused too. An UNAVAILABLE one (Kafka, or one of its
-partitions, is unavailable) pauses the frame's lane on a stream, and the endpoint for a
-batch call, which carries every partition.
+Pushback: a RESOURCE_EXHAUSTED (or UNAVAILABLE) answer with a RetryInfo delay pauses the
+whole endpoint for that delay, not just the refused messages: the server is saying it has
+no room, so sending more frames meanwhile would only be refused too.
 
 Envelopes go on the wire as the spool holds them: a request is assembled from their bytes
-(no re-encoding; the lanes only read each one's device id).
+(no parsing, no re-encoding).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -37,10 +31,9 @@ from headwater.gateway.answers import OVERLOADED, DeliveryReport, call_failed
 from headwater.gateway.channel import sleep_unless
 from headwater.gateway.config import GatewayConfig
 from headwater.gateway.errors import CallFailedError
-from headwater.gateway.lanes import Frame, LaneLimits, Lanes, read_spool
 from headwater.gateway.metrics import GatewayMetrics
 from headwater.gateway.records import DueMessage
-from headwater.gateway.settle import Settled, SpoolKeeper
+from headwater.gateway.settle import SpoolKeeper
 from headwater.gateway.spool import Spool
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 from headwater.wire import length_field, varint_field
@@ -49,22 +42,6 @@ log = logging.getLogger(__name__)
 
 _SERVICE = f"/{SERVICE_NAME}/"
 _AUTH_CODES = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-_PASSING = (
-    "none if it passes: the sender retries by itself (a Kafka leader election takes 10-20 s); "
-    "if it lasts minutes, check the ingest service's health and logs and the link to it"
-)
-#: What an operator does next, by the failed call's code (in the log line).
-_NEXT_STEP = {
-    grpc.StatusCode.UNAVAILABLE: _PASSING,
-    grpc.StatusCode.DEADLINE_EXCEEDED: _PASSING,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "none if it passes (ingest is at capacity); if it "
-    "lasts, add ingest replicas or raise this gateway's limits in ingest's tokens file",
-    grpc.StatusCode.UNAUTHENTICATED: "fix the gateway's token or client certificate; the "
-    "messages wait in the spool until then",
-    grpc.StatusCode.PERMISSION_DENIED: "grant this gateway the endpoint or device in ingest's "
-    "tokens file; the messages wait in the spool until then",
-}
-_NEXT_STEP_OTHER = "if it repeats, read the ingest service's logs for this gateway"
 
 
 class EndpointSender:
@@ -93,8 +70,6 @@ class EndpointSender:
         self._frame_bytes = config.frame_max_bytes
         self._paused_until = 0.0
         self._progress = False
-        # Kept across streams: the partition each device's OKs named.
-        self._lanes = Lanes(self._lane_limits())
 
     async def run(self, stop: asyncio.Event) -> None:
         """Send until ``stop`` is set; then finish the frames in flight and return."""
@@ -135,8 +110,6 @@ class EndpointSender:
                 "code": exc.code.name,
                 "reason": exc.reason,
                 "retry_in_s": round(delay, 2),
-                "spool_depth": self.spool.depth,
-                "next_step": _NEXT_STEP.get(exc.code, _NEXT_STEP_OTHER),
             },
         )
 
@@ -146,7 +119,6 @@ class EndpointSender:
             self._frame_messages = max(1, self._frame_messages // 2)
         else:
             self._frame_bytes = max(1, self._frame_bytes // 2)
-        self._lanes.limits = self._lane_limits()  # the lanes take smaller frames from now on
         log.warning(
             "ingest service refused a frame as too big; sending smaller frames",
             extra={
@@ -160,15 +132,26 @@ class EndpointSender:
     def _pause_left(self) -> float:
         return self._paused_until - time.monotonic()
 
-    async def _due(self) -> list[DueMessage]:
+    async def _due(self, cursor: int = 0, skip: set[int] | None = None) -> list[DueMessage]:
         return await asyncio.to_thread(
-            self.spool.due, self.endpoint, self._frame_messages, 0, self._frame_bytes
+            self.spool.due,
+            self.endpoint,
+            self._frame_messages,
+            cursor,
+            self._frame_bytes,
+            skip or (),
+        )
+
+    def _full(self, rows: list[DueMessage]) -> bool:
+        return (
+            len(rows) >= self._frame_messages
+            or 2 * sum(len(r.envelope) for r in rows) >= self._frame_bytes
         )
 
     # --- one long-lived stream --------------------------------------------------------
 
     async def _stream_session(self, stop: asyncio.Event) -> None:
-        """Keep frames in flight, per lane and on the stream, until stopped; raise on failure."""
+        """Keep up to ``window_frames`` frames in flight until stopped; raise on failure."""
         cfg = self.config
         ep = BY_NAME[self.endpoint]
         method, response_type = ep.stream_method, ep.stream_response
@@ -177,24 +160,33 @@ class EndpointSender:
             request_serializer=None,
             response_deserializer=response_type.FromString,
         )(metadata=self._metadata)
-        lanes = self._lanes
-        lanes.rewind()
-        inflight: dict[int, Frame] = {}
-        frame_id = 0
+        inflight: dict[int, tuple[float, list[DueMessage]]] = {}
+        # Retried messages sit below the cursor: the ones in flight again must be skipped.
+        retried_inflight: set[int] = set()
+        frame_id, cursor = 0, 0
         read: asyncio.Future[Any] = asyncio.ensure_future(call.read())
         try:
             while True:
-                room = lanes.inflight < cfg.window_frames
-                if room and not stop.is_set() and self._pause_left() <= 0:
+                while (
+                    len(inflight) < cfg.window_frames
+                    and not stop.is_set()
+                    and self._pause_left() <= 0
+                ):
                     self._wake.clear()
-                    await self._read_spool(lanes)
-                    for frame in lanes.frames(time.monotonic()):
-                        frame_id += 1
-                        inflight[frame_id] = frame
-                        data = varint_field(1, frame_id) + b"".join(
-                            length_field(2, r.envelope) for r in frame.rows
-                        )
-                        await _bounded(call.write(data), cfg.call_timeout_s, "stream write")
+                    rows = await self._due(cursor, retried_inflight)
+                    if not rows or (inflight and not self._full(rows)):
+                        # A part-filled frame waits while others are in flight: an answer
+                        # or more messages come soon, and fewer, fuller frames carry more
+                        # (like Nagle). With nothing in flight it goes at once.
+                        break
+                    frame_id += 1
+                    cursor = max(cursor, rows[-1].seq)
+                    retried_inflight.update(r.seq for r in rows if r.attempts)
+                    inflight[frame_id] = (time.monotonic(), rows)
+                    frame = varint_field(1, frame_id) + b"".join(
+                        length_field(2, r.envelope) for r in rows
+                    )
+                    await _bounded(call.write(frame), cfg.call_timeout_s, "stream write")
                 if not inflight:
                     if stop.is_set():
                         # Nothing is in flight; a call that failed already (server
@@ -202,24 +194,19 @@ class EndpointSender:
                         with contextlib.suppress(Exception):
                             await _bounded(call.done_writing(), cfg.call_timeout_s, "stream close")
                         return
-                    if lanes.idle:
-                        lanes.rewind()  # nothing held: every spooled message is eligible again
-                    await self._idle(stop, read, lanes.wake_at(time.monotonic()))
+                    cursor = 0  # nothing in flight: every spooled message is eligible again
+                    await self._idle(stop, read)
                     if read.done():
                         _unexpected_answer(read)
                     continue
-                now = time.monotonic()
-                oldest = min(frame.sent_at for frame in inflight.values())
-                timeout = oldest + cfg.call_timeout_s - now
+                oldest = min(sent for sent, _ in inflight.values())
+                timeout = oldest + cfg.call_timeout_s - time.monotonic()
                 waiters: set[asyncio.Future[Any]] = {read}
-                if lanes.inflight < cfg.window_frames and not stop.is_set():
+                if len(inflight) < cfg.window_frames and not stop.is_set():
                     if self._pause_left() > 0:
                         timeout = min(timeout, self._pause_left())
                     else:
                         waiters.add(asyncio.ensure_future(self._wake.wait()))
-                        wake_at = lanes.wake_at(now)
-                        if wake_at is not None:
-                            timeout = min(timeout, wake_at - now)
                 done, _ = await asyncio.wait(
                     waiters, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
                 )
@@ -235,11 +222,9 @@ class EndpointSender:
                         raise CallFailedError(
                             grpc.StatusCode.INTERNAL, f"answer to unknown frame {answer.frame_id}"
                         )
-                    frame = inflight.pop(answer.frame_id)
-                    settled = await self._settle(frame.rows, list(answer.results))
-                    lanes.answered(frame, settled.partitions)
-                    if settled.partition_pause_s:
-                        lanes.pause(frame.lane, time.monotonic() + settled.partition_pause_s)
+                    _, rows = inflight.pop(answer.frame_id)
+                    retried_inflight.difference_update(r.seq for r in rows)
+                    await self._settle(rows, list(answer.results))
                     read = asyncio.ensure_future(call.read())
                 elif time.monotonic() >= oldest + cfg.call_timeout_s:
                     raise CallFailedError(
@@ -256,28 +241,11 @@ class EndpointSender:
             read.cancel()
             call.cancel()
         # Unanswered frames stay spooled and are sent again (same ids: the enricher drops
-        # repeats of what did reach Kafka); queued and parked messages were never sent.
-        await self._kept([r for frame in inflight.values() for r in frame.rows], failure)
+        # repeats of what did reach Kafka).
+        await self._kept([r for _, rows in inflight.values() for r in rows], failure)
         raise failure
 
-    async def _read_spool(self, lanes: Lanes) -> None:
-        """Fill the lanes from the spool, in one worker thread hop."""
-        limit, max_bytes = self._frame_messages, self._frame_bytes
-        now = time.monotonic()
-        await asyncio.to_thread(read_spool, lanes, self.spool, self.endpoint, limit, max_bytes, now)
-
-    def _lane_limits(self) -> LaneLimits:
-        cfg = self.config
-        return LaneLimits(
-            cfg.lane_window_frames, cfg.window_frames, self._frame_messages, self._frame_bytes
-        )
-
-    async def _idle(
-        self,
-        stop: asyncio.Event,
-        read: asyncio.Future[Any] | None = None,
-        wake_at: float | None = None,
-    ) -> None:
+    async def _idle(self, stop: asyncio.Event, read: asyncio.Future[Any] | None = None) -> None:
         """Wait for an enqueue, the next due retry, the end of a pause, a stop, or ``read``."""
         waiters = {asyncio.ensure_future(stop.wait())}
         pause = self._pause_left()
@@ -287,8 +255,6 @@ class EndpointSender:
             due_in = await asyncio.to_thread(self.spool.next_due_in_s, self.endpoint)
             timeout = self.config.idle_poll_s if due_in is None else due_in
             timeout = min(timeout, self.config.idle_poll_s)
-            if wake_at is not None:
-                timeout = min(timeout, wake_at - time.monotonic())
             waiters.add(asyncio.ensure_future(self._wake.wait()))
         await asyncio.wait(
             {*waiters, *([read] if read else [])},
@@ -326,28 +292,21 @@ class EndpointSender:
                 failure = call_failed(exc)
                 await self._kept(rows, failure)
                 raise failure from None
-            settled = await self._settle(rows, list(response.results))
-            self._pause(settled.partition_pause_s)  # one call carries every partition
+            await self._settle(rows, list(response.results))
 
     # --- per message ------------------------------------------------------------------
 
     async def _kept(self, rows: list[DueMessage], failure: CallFailedError) -> None:
         await self._books.keep(rows, failure)
 
-    async def _settle(
-        self, rows: Sequence[DueMessage], results: list[api.MessageResult]
-    ) -> Settled:
+    async def _settle(self, rows: list[DueMessage], results: list[api.MessageResult]) -> None:
         """Apply one answer, and what it says about the server: pushback, frame size."""
         self._progress = True
-        settled = await self._books.settle(list(rows), results)
-        self._pause(settled.pause_s)
+        settled = await self._books.settle(rows, results)
+        if settled.pause_s:
+            self._paused_until = max(self._paused_until, time.monotonic() + settled.pause_s)
         if settled.frame_too_big:
             self._shrink("BATCH_SIZE_OUT_OF_RANGE")
-        return settled
-
-    def _pause(self, seconds: float) -> None:
-        if seconds:
-            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
 
 
 def _unexpected_answer(read: asyncio.Future[Any]) -> None:

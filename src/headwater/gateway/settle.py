@@ -23,11 +23,8 @@ from headwater.gateway.records import DueMessage
 from headwater.gateway.spool import Spool
 from headwater.proto.ingest.v1 import ingest_messages_pb2 as api
 
-#: Per-message code whose RetryInfo delay pauses the whole endpoint: the server is full.
-PUSHBACK_CODE = "RESOURCE_EXHAUSTED"
-#: Per-message code whose RetryInfo delay pauses the frame's lane: its partition (or
-#: Kafka) is unavailable; a stream's other partitions may well take writes.
-UNAVAILABLE_CODE = "UNAVAILABLE"
+#: Per-message codes whose RetryInfo delay pauses the whole endpoint.
+PUSHBACK_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE"})
 
 
 @dataclass(frozen=True)
@@ -36,12 +33,8 @@ class Settled:
 
     #: Pushback: send nothing more on this endpoint for this long (0: none).
     pause_s: float = 0.0
-    #: Send nothing more to the frame's partition for this long (0: none).
-    partition_pause_s: float = 0.0
     #: The server refused the frame's message count (BATCH_SIZE_OUT_OF_RANGE).
     frame_too_big: bool = False
-    #: Per message, the partition its OK named (-1: not OK).
-    partitions: tuple[int, ...] = ()
 
 
 class SpoolKeeper:
@@ -86,10 +79,8 @@ class SpoolKeeper:
         rejected: list[tuple[int, str, str, str]] = []
         outcomes: list[DeliveryReport] = []
         backoff: dict[int, float] = {}  # one draw per attempt count: one write per frame
-        pause, partition_pause, too_big = 0.0, 0.0, False
-        partitions: list[int] = []
+        pause, too_big = 0.0, False
         for row, result in zip(rows, match([r.message_id for r in rows], results), strict=True):
-            partitions.append(result.partition if result is not None and result.code == 0 else -1)
             if result is not None and result.code == 0:  # the usual case, kept cheap
                 delivered.append(row.seq)
                 delivered_bytes += len(row.envelope)
@@ -106,10 +97,8 @@ class SpoolKeeper:
                 rejected.append((row.seq, verdict.code, verdict.reason, verdict.detail))
             else:
                 too_big = too_big or verdict.reason == "BATCH_SIZE_OUT_OF_RANGE"
-                if verdict.code == PUSHBACK_CODE:
+                if verdict.code in PUSHBACK_CODES:
                     pause = max(pause, verdict.retry_delay_s)
-                elif verdict.code == UNAVAILABLE_CODE:
-                    partition_pause = max(partition_pause, verdict.retry_delay_s)
                 if row.attempts not in backoff:
                     backoff[row.attempts] = self.backoff(row.attempts)
                 delay = max(verdict.retry_delay_s, backoff[row.attempts])
@@ -120,7 +109,7 @@ class SpoolKeeper:
         await asyncio.to_thread(self._apply, delivered, later, rejected)
         self._metrics.delivered_bytes(ep, delivered_bytes)
         self._report(outcomes)
-        return Settled(pause, partition_pause, too_big, tuple(partitions))
+        return Settled(pause, too_big)
 
     def _apply(
         self,

@@ -376,48 +376,30 @@ class Spool:
             max_bytes: at most this many envelope bytes (but always at least one message).
             skip: seqs of retried messages already in flight again.
         """
-        rows = self.retries_due(endpoint, limit, after_seq, skip) if after_seq else []
-        if len(rows) < limit:
-            rows += self.due_after(endpoint, limit - len(rows), after_seq)
-        return _within(rows, max_bytes)
-
-    def retries_due(
-        self,
-        endpoint: str,
-        limit: int,
-        upto_seq: int,
-        skip: Collection[int] = (),
-        max_bytes: int | None = None,
-    ) -> list[DueMessage]:
-        """Return due messages at or below ``upto_seq`` that wait for a retry, oldest first.
-
-        ``skip``: seqs of retries sent again already.
-        """
+        now = _now_ms()
         with self._mutex:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND attempts > 0 "
-                "AND seq <= ? AND not_before_ms <= ? ORDER BY seq LIMIT ?",
-                (endpoint, upto_seq, _now_ms(), limit + len(skip)),
-            ).fetchall()
-        return _within([DueMessage(*r) for r in rows if r[0] not in skip][:limit], max_bytes)
-
-    def due_after(
-        self,
-        endpoint: str,
-        limit: int,
-        after_seq: int,
-        max_bytes: int | None = None,
-        upto_seq: int | None = None,
-    ) -> list[DueMessage]:
-        """Return messages above ``after_seq`` (and at most ``upto_seq``) due now, oldest first."""
-        last = (1 << 63) - 1 if upto_seq is None else upto_seq  # SQLite's largest integer
-        with self._mutex:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND seq > ? AND seq <= ? "
-                "AND not_before_ms <= ? ORDER BY seq LIMIT ?",
-                (endpoint, after_seq, last, _now_ms(), limit),
-            ).fetchall()
-        return _within([DueMessage(*r) for r in rows], max_bytes)
+            rows = []
+            if after_seq:
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND attempts > 0 "
+                    "AND seq <= ? AND not_before_ms <= ? ORDER BY seq LIMIT ?",
+                    (endpoint, after_seq, now, limit + len(skip)),
+                ).fetchall()
+                rows = [r for r in rows if r[0] not in skip][:limit]
+            if len(rows) < limit:
+                rows += self._db.execute(
+                    f"SELECT {_COLUMNS} FROM outbox WHERE endpoint = ? AND seq > ? "
+                    "AND not_before_ms <= ? ORDER BY seq LIMIT ?",
+                    (endpoint, after_seq, now, limit - len(rows)),
+                ).fetchall()
+        frame: list[DueMessage] = []
+        size = 0
+        for row in rows:
+            size += len(row[3])
+            if frame and max_bytes is not None and size > max_bytes:
+                break
+            frame.append(DueMessage(*row))
+        return frame
 
     def next_due_in_s(self, endpoint: str) -> float | None:
         """Return seconds until the next message of ``endpoint`` is due; None if none."""
@@ -507,18 +489,6 @@ class Spool:
             depth, size = self._depth, self._bytes
         age = 0.0 if oldest is None else (_now_ms() - oldest) / 1000
         return SpoolStats(depth, size, age, counters)
-
-
-def _within(rows: list[DueMessage], max_bytes: int | None) -> list[DueMessage]:
-    """The first ``rows`` within ``max_bytes`` of envelopes (always at least one)."""
-    if max_bytes is None:
-        return rows
-    size = 0
-    for i, row in enumerate(rows):
-        size += len(row.envelope)
-        if i and size > max_bytes:
-            return rows[:i]
-    return rows
 
 
 def _check_endpoint(endpoint: str) -> None:

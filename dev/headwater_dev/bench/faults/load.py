@@ -1,7 +1,7 @@
 """A steady load through the gateway library: readings spooled at a rate, sent by the client.
 
 One :class:`~headwater.gateway.client.GatewayClient` drains a durable spool (SQLite,
-``synchronous=FULL``, the library's defaults: one stream, frames of 100, 8 in flight), as
+``synchronous=FULL``, the library's defaults: one stream, frames of 100, window 4), as
 ``headwater bench gateway`` uses it, while readings of 100 devices are spooled in batches
 every :data:`TICK_S` at ``rate`` per second, open loop: a stalled sender does not slow the
 devices, the spool holds the backlog. The load runs on its own event loop in a thread, so
