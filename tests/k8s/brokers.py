@@ -28,7 +28,6 @@ resolve the cluster's names).
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ from headwater_dev.devstack.cluster import out_of_sync, replication_properties
 from scripts.cluster.cluster import Cluster, wait_for
 from scripts.images import build, debian_base
 from tests.k8s.live import pods, running
+from tests.k8s.release import host_path_volume
 
 HERE = Path(__file__).resolve().parent
 #: The Strimzi Kafka resource of k8s/kafka.yaml and its node pool: the pods' names.
@@ -121,28 +121,18 @@ def properties(namespace: str) -> str:
 
 def volumes(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """One hostPath PersistentVolume per node, bound in advance to its pod's claim."""
-    made = []
-    for i in range(SIZE):
-        folder = cluster.run / "volumes" / f"kafka-{i}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        folder.chmod(0o777)  # the broker's uid 10001 writes it; hostPath has no fsGroup
-        made.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"headwater-test-kafka-{i}"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "",
-                    "hostPath": {"path": str(folder), "type": "Directory"},
-                    "claimRef": {"namespace": namespace, "name": f"data-{NAME}-{i}"},
-                },
-            }
+    return [
+        host_path_volume(
+            cluster,
+            f"test-kafka-{i}",
+            "1Gi",
+            "ReadWriteOnce",
+            "Retain",
+            namespace,
+            f"data-{NAME}-{i}",
         )
-    return made
+        for i in range(SIZE)
+    ]
 
 
 def manifests(namespace: str) -> list[dict[str, Any]]:

@@ -89,21 +89,36 @@ def chart_values(cluster_bootstrap: str, token: str) -> dict[str, Any]:
 
 def checkpoint_volume(cluster: Cluster) -> dict[str, Any]:
     """A hostPath PersistentVolume bound in advance to the chart's checkpoint claim."""
-    folder = cluster.run / "volumes" / "checkpoint"
-    shutil.rmtree(folder, ignore_errors=True)  # a new release starts without a checkpoint
+    # A new release starts without a checkpoint; "Delete": nothing of it outlives the test.
+    return host_path_volume(
+        cluster, "checkpoint", "10Gi", "ReadWriteMany", "Delete", NAMESPACE, CHECKPOINT_CLAIM
+    )
+
+
+def host_path_volume(
+    cluster: Cluster, folder_name: str, size: str, access: str, reclaim: str,
+    namespace: str, claim: str,
+) -> dict[str, Any]:  # fmt: skip
+    """A hostPath PersistentVolume on an emptied folder, bound in advance to ``claim``.
+
+    The cluster has no storage provisioner. The folder is open to every uid (the Spark pods
+    run as 185, the brokers as 10001): hostPath has no fsGroup.
+    """
+    folder = cluster.run / "volumes" / folder_name
+    shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    folder.chmod(0o777)  # the Spark pods' uid 185 writes it; hostPath has no fsGroup
+    folder.chmod(0o777)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": "headwater-checkpoint"},
+        "metadata": {"name": f"headwater-{folder_name}"},
         "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Delete",
+            "capacity": {"storage": size},
+            "accessModes": [access],
+            "persistentVolumeReclaimPolicy": reclaim,
             "storageClassName": "",
             "hostPath": {"path": str(folder), "type": "Directory"},
-            "claimRef": {"namespace": NAMESPACE, "name": CHECKPOINT_CLAIM},
+            "claimRef": {"namespace": namespace, "name": claim},
         },
     }
 
