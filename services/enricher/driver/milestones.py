@@ -56,10 +56,12 @@ class StartMilestones(StreamingQueryListener):
                     "since_query_start_s": since_s,
                 },
             )
+        if self._caught_up:
+            return  # both logged: nothing more to work out until the next start
         lag: dict[str, int] = {}
         for s in p.sources:
             lag |= lag_by_topic({"endOffset": s.endOffset, "latestOffset": s.latestOffset})
-        if not self._caught_up and lag and not any(lag.values()):
+        if lag and not any(lag.values()):
             self._caught_up = True
             log.info(
                 "caught up",
