@@ -5,19 +5,14 @@ from __future__ import annotations
 import math
 
 from headwater_dev.devstack.p99_window import HOLD_S, back_under, seconds_back_under
+from tests.support.latency_spans import at_ten_a_second
 
 FAULT_MS = 5_000_000.0
 
 
 def _sent(spans: list[tuple[float, float, float]]) -> tuple[list[float], list[float]]:
     """Return (sent_ms, latency_ms): 10 a second over each (from_s, to_s, latency_ms)."""
-    sent: list[float] = []
-    latency: list[float] = []
-    for start, end, lat in spans:
-        count = round((end - start) * 10)
-        sent += [FAULT_MS + start * 1000 + i * 100 for i in range(count)]
-        latency += [lat] * count
-    return sent, latency
+    return at_ten_a_second(FAULT_MS, spans)
 
 
 def test_back_once_the_window_has_slid_past_the_last_late_message() -> None:

@@ -9,19 +9,14 @@ import pytest
 
 from headwater_dev.bench.enricher import recovery
 from headwater_dev.bench.enricher.recovery import recovery_time, target_line
+from tests.support.latency_spans import at_ten_a_second
 
 RELEASED = 1_000_000.0
 
 
 def _completions(spans: list[tuple[float, float, float]]) -> tuple[list[float], list[float]]:
     """Return (seen_ms, latency_ms): 10 a second over each (from_s, to_s, latency_ms)."""
-    seen: list[float] = []
-    latency: list[float] = []
-    for start, end, lat in spans:
-        count = round((end - start) * 10)
-        seen += [RELEASED + start * 1000 + i * 100 for i in range(count)]
-        latency += [lat] * count
-    return seen, latency
+    return at_ten_a_second(RELEASED, spans)
 
 
 def test_recovered_when_drained_and_the_window_p99_stays_under_the_bound() -> None:
