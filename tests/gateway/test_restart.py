@@ -21,7 +21,9 @@ from .conftest import TOKENS
 ROOT = Path(__file__).parents[2]
 
 
-async def _gateway(spool: Path, target: str, count: int, prefix: str) -> asyncio.subprocess.Process:
+async def _gateway(
+    spool: Path, target: str, count: int, prefix: str, *more: str
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -34,6 +36,7 @@ async def _gateway(spool: Path, target: str, count: int, prefix: str) -> asyncio
         str(count),
         "--prefix",
         prefix,
+        *more,
         cwd=ROOT,
         env=os.environ | {"HEADWATER_GATEWAY_TOKEN": TOKENS["gw-a"]},
         stdout=asyncio.subprocess.PIPE,
@@ -72,10 +75,13 @@ async def test_sigkill_mid_send_then_restart_delivers_everything_once_in_sequenc
     prefix = f"acme-kill{uuid.uuid4().hex[:6]}"
     enqueued: list[tuple[str, str, int]] = []
 
-    first = await _gateway(path, running.target, 4000, prefix)
+    first = await _gateway(path, running.target, 4000, prefix, "--batch", "50")
     reader = asyncio.create_task(_read_enqueued(first, enqueued))
     async with asyncio.timeout(60):
-        while _delivered(path) < 300 or len(enqueued) < 500:
+        # Kill with more than two frames spooled but not yet acknowledged: a sender that
+        # keeps up with the enqueuer (it did on a loaded CI machine) must not make the kill
+        # land between sends.
+        while (delivered := _delivered(path)) < 300 or len(enqueued) - delivered < 50:
             assert first.returncode is None, "the first gateway ended before the kill"
             await asyncio.sleep(0.02)  # the ingest server runs on this loop
     first.send_signal(signal.SIGKILL)
@@ -100,7 +106,7 @@ async def test_sigkill_mid_send_then_restart_delivers_everything_once_in_sequenc
     # Nothing that was spooled is lost. (A batch committed in the instant before the kill,
     # but not yet printed, may be in Kafka without being in `enqueued`: at most one batch.)
     assert ids <= set(copies)
-    assert len(set(copies) - ids) <= 25
+    assert len(set(copies) - ids) <= 50  # one batch of the first run
     # After dedup by message id, each message is there once; resends are what was in
     # flight at the kill, at most a window of frames.
     assert sum(copies.values()) - len(copies) <= 4 * 20
