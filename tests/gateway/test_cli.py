@@ -65,3 +65,24 @@ async def test_stats_refuses_a_spool_held_by_a_running_gateway(tmp_path: Path) -
     with Spool(tmp_path / "spool.db"):
         code, _, err = await _headwater("stats", "--spool", str(tmp_path / "spool.db"))
     assert code == 2 and "one sender per spool" in err
+
+
+async def test_drain_logs_failed_calls_as_json_with_the_next_step(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """Nothing listens at the target: every line on stderr is JSON, and says what to do."""
+    path = tmp_path / "spool.db"
+    with Spool(path) as spool:
+        spool.enqueue("telemetry", "acme-1", CT, b"{}")
+    code, _, err = await _headwater(
+        "drain", "--spool", str(path), "--target", f"127.0.0.1:{unused_tcp_port}", "--within", "2"
+    )
+    assert code == 1, err[-2000:]
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    plain = [line for line in err.splitlines() if line and not line.startswith("{")]
+    assert plain == ["messages are still spooled; see `headwater gateway stats`"], err
+    failed = [e for e in lines if e["message"] == "ingest call failed; messages stay spooled"]
+    assert failed, err
+    assert failed[0]["code"] == "UNAVAILABLE" and failed[0]["level"] == "warning"
+    assert failed[0]["spool_depth"] == 1
+    assert "retries by itself" in failed[0]["next_step"]

@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from headwater.gateway.client import GatewayClient, GatewayConfig
 from headwater.gateway.spool import Spool, SpoolLockedError
+from headwater.runtime.logs import configure_logging
 from headwater.runtime.signals import interrupt_on_stop
 
 
@@ -77,6 +78,7 @@ def _drain(args: argparse.Namespace) -> int:
                 return await client.drain(args.within)
 
     interrupt_on_stop()  # Ctrl-C/SIGTERM stop the drain however it was launched
+    configure_logging()  # the sender's retries and failures, as JSON lines on stderr
     try:
         empty = asyncio.run(run())
     except SpoolLockedError as exc:

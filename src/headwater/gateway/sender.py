@@ -42,6 +42,22 @@ log = logging.getLogger(__name__)
 
 _SERVICE = f"/{SERVICE_NAME}/"
 _AUTH_CODES = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+_PASSING = (
+    "none if it passes: the sender retries by itself (a Kafka leader election takes 10-20 s); "
+    "if it lasts minutes, check the ingest service's health and logs and the link to it"
+)
+#: What an operator does next, by the failed call's code (in the log line).
+_NEXT_STEP = {
+    grpc.StatusCode.UNAVAILABLE: _PASSING,
+    grpc.StatusCode.DEADLINE_EXCEEDED: _PASSING,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "none if it passes (ingest is at capacity); if it "
+    "lasts, add ingest replicas or raise this gateway's limits in ingest's tokens file",
+    grpc.StatusCode.UNAUTHENTICATED: "fix the gateway's token or client certificate; the "
+    "messages wait in the spool until then",
+    grpc.StatusCode.PERMISSION_DENIED: "grant this gateway the endpoint or device in ingest's "
+    "tokens file; the messages wait in the spool until then",
+}
+_NEXT_STEP_OTHER = "if it repeats, read the ingest service's logs for this gateway"
 
 
 class EndpointSender:
@@ -110,6 +126,8 @@ class EndpointSender:
                 "code": exc.code.name,
                 "reason": exc.reason,
                 "retry_in_s": round(delay, 2),
+                "spool_depth": self.spool.depth,
+                "next_step": _NEXT_STEP.get(exc.code, _NEXT_STEP_OTHER),
             },
         )
 
