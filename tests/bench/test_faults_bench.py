@@ -65,6 +65,10 @@ def test_faults_bench_reports_consistent_figures_and_loses_nothing() -> None:
     assert 1 <= kill["killed_node"] <= 3
     first, silent = kill["first_ok_after_kill_s"], kill["no_ok_s"]
     assert first is not None and silent > 0 and 0 < first <= SECONDS, kill
+    others = sorted({0, 1, 2} - set(kill["partitions"]))
+    assert kill["other_partitions"] == others, kill
+    assert (kill["other_no_ok_s"] is None) == (not others), kill
+    assert not others or 0 < kill["other_no_ok_s"] <= SECONDS + 10, kill
 
     assert roll["nodes"] == [1, 2, 3] and len(roll["node_s"]) == 3
     assert sum(roll["node_s"]) <= roll["roll_s"] + 0.5

@@ -488,9 +488,13 @@ def _gateway_soak(args: argparse.Namespace) -> int:
 
 def _faults(args: argparse.Namespace) -> int:
     interrupt_on_stop()  # a bench stops on Ctrl-C/SIGTERM however it was launched
+    from headwater.runtime.logs import configure_logging
     from headwater_dev.bench.faults.report import print_report as print_faults
     from headwater_dev.bench.faults.run import run_faults_benchmark
 
+    # The gateway library's warnings (calls failed during a fault) as JSON on stderr, like
+    # every other process's; the report goes to stdout.
+    configure_logging("WARNING")
     opts = FaultsOptions(args.rate, args.payload, args.steady_seconds, args.seconds)
     report = run_faults_benchmark(opts)
     print_faults(report)

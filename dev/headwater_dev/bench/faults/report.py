@@ -114,7 +114,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"leader kill: node {kill['killed_node']} (leading {kill['topic']} partitions "
         f"{kill['partitions']}) SIGKILLed after {opts['steady_s']:g} s at "
         f"{kill['goodput_before_per_s']:,} OKs/s; new leader after {_s(kill['election_s'])}; "
-        f"no OK on those partitions for {kill['no_ok_s']:.1f} s; first OK "
+        f"no OK on those partitions for {kill['no_ok_s']:.1f} s (on the others "
+        f"{_s(kill['other_no_ok_s'])}); first OK "
         f"{_s(kill['first_ok_after_kill_s'])} after the kill; node back and in sync "
         f"{kill['in_sync_again_s']:.1f} s after the phase"
     )
