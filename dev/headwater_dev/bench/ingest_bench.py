@@ -654,7 +654,7 @@ async def run_benchmark(opts: BenchOptions, bootstrap: str | None = None) -> dic
                 ingest_proc.wait(30)
             except Exception:
                 ingest_proc.kill()
-        if echo_proc is not None:
+        if echo_proc is not None and echo_proc.pid is not None:  # None: a stop mid-start
             echo_proc.terminate()
             echo_proc.join(10)
         if broker is not None:
