@@ -30,7 +30,12 @@ from pyspark.sql import functions as F
 from headwater import record_headers as rh
 from headwater.enricher.hop import budget as budgets
 from headwater.enricher.hop import worker_gc
-from headwater.enricher.hop.decode import decode_for_key, normalizable, over_budget
+from headwater.enricher.hop.decode import (
+    decode_for_key,
+    decode_ingest,
+    normalizable,
+    over_budget,
+)
 from headwater.enricher.hop.normalize import normalize_batch
 from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, UNITS, fields
 from headwater.enricher.source.keys import last_header
@@ -43,7 +48,8 @@ HOP = ", ".join(
     [f for f in fields(DECODED_FIELDS) if f.split(" ")[0] not in _NOT_RETURNED]
     + [NORMALIZED_FIELDS, UNITS]
 )
-#: The headers decode reads of an ingest record (tenant is the key's; endpoint is not read).
+#: The headers decode reads of an ingest record (tenant is the key's; endpoint is not read),
+#: in the order ``_decoding`` unpacks them.
 HEADERS = (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)
 
 
@@ -89,8 +95,12 @@ def _pairs(found: Sequence[bytes | None]) -> list[tuple[str, bytes]]:
 
 def _decoding(records: Sequence[tuple[Any, ...]], master_topic: str) -> Iterator[dict[str, Any]]:
     """Yield each record decoded for its key (``budget.each`` charges it to its message)."""
-    for topic, key, value, *found in records:
-        yield decode_for_key(topic, key, value, _pairs(found), master_topic)
+    for topic, key, value, gateway_id, message_id, received_at in records:
+        if topic == master_topic:
+            found = (gateway_id, message_id, received_at)
+            yield decode_for_key(topic, key, value, _pairs(found), master_topic)
+        else:  # the same columns, without a header list and map per record
+            yield decode_ingest(key, value, gateway_id, message_id, received_at)
 
 
 def _over_budget_text(b: budgets.Budget) -> str:

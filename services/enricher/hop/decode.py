@@ -162,6 +162,65 @@ def decode_for_key(
     return msg
 
 
+#: A decoded ingest row before its headers and envelope (``decode_ingest`` copies it).
+_INGEST_ROW: dict[str, Any] = dict.fromkeys(_FIELDS) | {
+    "kind": "ingest",
+    "tenant": "",
+    "endpoint": "",
+}
+
+
+def decode_ingest(
+    device_key: str,
+    value: bytes | None,
+    gateway_id: bytes | None,
+    message_id: bytes | None,
+    received_at: bytes | None,
+) -> dict[str, Any]:
+    """Return :func:`decode_for_key` of an ingest record given the headers the hop reads.
+
+    The hop's hot path (``arrow_hop``): the same columns as ``decode_for_key`` with the
+    headers ``(GATEWAY_ID, g), (MESSAGE_ID, m), (RECEIVED_AT_MS, r)`` (those not None; tenant
+    and endpoint absent), without building the header list and map per record.
+    ``header_map`` is left out: no step after decoding reads it.
+    ``tests/enricher/test_decode_ingest.py`` checks that the two agree.
+    """
+    out = _INGEST_ROW.copy()
+    out["gateway_id"] = gateway_id.decode("utf-8", "replace") if gateway_id else ""
+    out["message_id"] = message_id.decode("utf-8", "replace") if message_id else ""
+    try:
+        out["received_ms"] = int(received_at or 0)
+    except ValueError:
+        out["received_ms"] = 0
+    out["device_key"] = device_key
+    try:
+        msg = device_message_pb2.DeviceMessage.FromString(value or b"")
+    except Exception as exc:
+        _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
+        return out
+    problem = envelope_problem(msg)
+    if problem:
+        _error(out, "decode", "ENVELOPE_INVALID", problem)
+        return out
+    device_id = msg.device_id
+    ts = msg.device_time
+    out["message_id"] = msg.message_id
+    out["device_id"] = device_id
+    out["content_type"] = msg.content_type
+    out["device_time_ms"] = ts.seconds * 1000 + ts.nanos // 1_000_000  # timestamps.ms_of
+    out["sequence"] = int(msg.sequence)
+    out["payload"] = msg.payload
+    if device_id != device_key:
+        _error(
+            out,
+            "decode",
+            "ENVELOPE_INVALID",
+            f"record key {device_key!r} is not the envelope's device_id "
+            f"{device_id!r} (ingest topics are keyed by device id)",
+        )
+    return out
+
+
 def normalizable(msg: dict[str, Any]) -> bool:
     """True for a decoded device message (not master data, not a decode error)."""
     return msg["kind"] == "ingest" and not msg["error_reason"]

@@ -14,6 +14,7 @@ budget: a birth naming thousands of new unit spellings is a dead letter, not a s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,12 +26,13 @@ from headwater.enricher.hop.arrowsafe import encodable, sanitize
 from headwater.enricher.hop.formats import (
     REGISTRY,
     BatchNormalizer,
+    Measurement,
     Normalized,
     NormalizeError,
     batch_of,
     register,
 )
-from headwater.enricher.hop.formats.base import check_time, check_value
+from headwater.enricher.hop.formats.base import _MAX_TIME_MS, _MIN_TIME_MS, check_time, check_value
 from headwater.enricher.hop.formats.registry import lookup
 
 __all__ = [
@@ -114,8 +116,9 @@ def normalize_batch(
             spent=[spent[i] for i, _ in todo] if spent else None,
         )
         built_in = getattr(fn, "__module__", "").startswith(_BUILT_IN)
+        other_charset = media.charset not in (None, "utf-8")  # once a group, not a message
         for (i, payload), result in zip(todo, results, strict=True):
-            out[i] = _columns_of(result, payload, media, built_in, b)
+            out[i] = _columns_of(result, payload, media, built_in, b, other_charset)
     return out
 
 
@@ -144,7 +147,12 @@ def _unit_rows(result: Any) -> list[dict[str, Any]] | None:
 
 
 def _columns_of(
-    result: Any, payload: bytes, media: media_type.MediaType, built_in: bool, b: budgets.Budget
+    result: Any,
+    payload: bytes,
+    media: media_type.MediaType,
+    built_in: bool,
+    b: budgets.Budget,
+    other_charset: bool,
 ) -> dict[str, Any]:
     """The columns of one normalizer result and its units rows (or of the error instead)."""
     try:
@@ -167,7 +175,7 @@ def _columns_of(
         return _err(budgets.SIZE_REASON, "SizeBudgetExceeded", str(exc))
     except Exception as exc:  # a normalizer bug must not crash-loop the query on replay
         return _err("NORMALIZER_FAILED", type(exc).__name__, str(exc))
-    escapes = b"\\u" in payload or media.charset not in (None, "utf-8")
+    escapes = other_charset or b"\\u" in payload
     if (escapes or not built_in) and not encodable(out):
         # A JSON escape such as "\ud800" parses to a string no encoder accepts (Arrow,
         # protobuf, Kafka): a dead letter now, not an exception in a later step. Built-in
@@ -202,20 +210,9 @@ def columns(n: Normalized, budget: budgets.Budget | None = None) -> dict[str, An
             f"{b.max_measurements} ({b.variable('max_measurements')})"
         )
     limit = b.max_text_chars
-    measurements = []
-    for m in n.measurements:
-        name, value, unit, *rest = m
-        unit = str(unit)
-        _text(name, limit)
-        _text(unit, limit)
-        measurements.append(
-            {
-                "name": name,
-                "value": check_value(name, value),
-                "unit": unit,
-                "time_ms": check_time(name, rest[0] if rest else None),
-            }
-        )
+    measurements = _checked_fast(n.measurements, limit)
+    if measurements is None:
+        measurements = _checked(n.measurements, limit)
     _text(n.event_type, limit)
     _text(n.source_format, limit)
     out: dict[str, Any] = {
@@ -244,6 +241,58 @@ def columns(n: Normalized, budget: budgets.Budget | None = None) -> dict[str, An
             }
             for p in n.pending
         ]
+    return out
+
+
+def _checked(ms: list[Any], limit: int) -> list[dict[str, Any]]:
+    """The measurement rows of ``ms``, each checked (raises as ``columns`` says)."""
+    measurements = []
+    for m in ms:
+        name, value, unit, *rest = m
+        unit = str(unit)
+        _text(name, limit)
+        _text(unit, limit)
+        measurements.append(
+            {
+                "name": name,
+                "value": check_value(name, value),
+                "unit": unit,
+                "time_ms": check_time(name, rest[0] if rest else None),
+            }
+        )
+    return measurements
+
+
+def _checked_fast(ms: list[Any], limit: int) -> list[dict[str, Any]] | None:
+    """The measurement rows of ``ms`` when every one is plainly valid, else None.
+
+    The common case on the hot path, checked in one loop: a name that is a non-empty string,
+    a finite float, a unit that is a string, no time or an integer one in range, no text
+    over ``limit``. The same rows as ``columns``' full checks give them (a float is its own
+    ``float()``, a ``str`` its own ``str()``); anything else (ints, other types, a failing
+    check) returns None, and the full checks run and raise as they always did.
+    """
+    out = []
+    isfinite = math.isfinite
+    for m in ms:
+        if type(m) is not Measurement:  # a plugin's plain tuple: the full checks
+            return None
+        name, value, unit, time_ms = m
+        if (
+            type(name) is not str
+            or not name
+            or len(name) > limit
+            or type(value) is not float
+            or not isfinite(value)
+            or type(unit) is not str
+            or len(unit) > limit
+        ):
+            return None
+        if time_ms is not None and (
+            type(time_ms) is not int or not _MIN_TIME_MS <= time_ms <= _MAX_TIME_MS
+        ):
+            return None
+        out.append({"name": name, "value": value, "unit": unit, "time_ms": time_ms})
     return out
 
 

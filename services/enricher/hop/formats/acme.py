@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from headwater.enricher.hop import units
 from headwater.enricher.hop.formats.base import (
+    Measurement,
     Normalized,
     NormalizeError,
     batch_normalizer,
@@ -25,7 +27,9 @@ def acme_telemetry(
     payloads: Sequence[bytes], media: MediaType
 ) -> Iterator[Normalized | NormalizeError]:
     """ACME v1: ``{"temp_c": 21.5, "hum_pct": 40.1}`` (either field may be missing)."""
-    fields = [(k, measurer(name, unit)) for k, name, unit in _FIELDS]  # units: once a batch
+    # Units: once a batch. A float (nearly every reading) is measured here, without the
+    # measurer's call and checks (``float(x)`` of a float is ``x``); other values go to it.
+    fields = [(k, measurer(name, unit), name, units.conversion(unit)) for k, name, unit in _FIELDS]
     for payload in payloads:
         try:
             doc = load_json(payload, media)
@@ -33,7 +37,12 @@ def acme_telemetry(
                 raise NormalizeError(
                     "PAYLOAD_INVALID", "expected an object with temp_c and/or hum_pct"
                 )
-            values = [measured(doc[k]) for k, measured in fields if k in doc]
+            values = [
+                Measurement(name, c.apply(v), c.canonical) if type(v) is float else measured(v)
+                for k, measured, name, c in fields
+                if k in doc
+                for v in (doc[k],)
+            ]
             yield Normalized("telemetry", "acme.telemetry.v1+json", values)
         except NormalizeError as exc:
             yield exc

@@ -1,0 +1,158 @@
+"""The hop's fast paths give what the general code gives, on a varied corpus (issue 40).
+
+The hop decodes an ingest record with ``decode.decode_ingest`` (not ``decode_for_key`` with a
+header list), checks plain measurements in one loop (``normalize._checked_fast``, else the
+full checks) and measures ACME's float readings inline. Each is compared here with the code
+it stands for, valid and invalid inputs alike: the same columns, or the same error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+
+from headwater import record_headers as rh
+from headwater.enricher.hop import normalize
+from headwater.enricher.hop.arrow_hop import HEADERS, _pairs
+from headwater.enricher.hop.decode import decode_for_key, decode_ingest
+from headwater.enricher.hop.formats import acme
+from headwater.enricher.hop.formats.base import (
+    Measurement,
+    Normalized,
+    NormalizeError,
+    load_json,
+    measurer,
+)
+from headwater.enricher.hop.media_type import parse
+from headwater.proto.device.v1 import device_message_pb2
+
+TOPIC, MASTER = "ingest.telemetry.v1", "master.devices.v1"
+
+
+def _envelope(device: str, **kw: Any) -> bytes:
+    dm = device_message_pb2.DeviceMessage(
+        message_id=kw.get("message_id", "m-1"),
+        device_id=device,
+        sequence=kw.get("sequence", 7),
+        content_type=kw.get("content_type", "application/vnd.acme.telemetry.v1+json"),
+        payload=b'{"temp_c": 21.5}',
+    )
+    dm.device_time.FromMilliseconds(kw.get("ms", 1_700_000_000_123))
+    return dm.SerializeToString()
+
+
+VALUES = [
+    _envelope("dev-1"),
+    _envelope("dev-2"),  # not the record's key
+    _envelope("dev-1", message_id=""),
+    _envelope("dev-1", content_type=""),
+    _envelope("dev-1", sequence=2**64 - 1),
+    _envelope("dev-1", ms=-1),
+    b"\xff\xff not a protobuf",
+    b"",
+    None,
+]
+HEADER_VALUES = [
+    (b"gw-1", b"h-1", b"1700000000999"),
+    (None, None, None),
+    (b"\xffgw", b"", b"12x"),
+    (b"", b"m\xfe", b" 42 "),
+    (None, b"m", b"-5"),
+]
+
+
+@pytest.mark.parametrize(("value", "headers"), list(itertools.product(VALUES, HEADER_VALUES)))
+def test_decode_ingest_is_decode_for_key_without_the_header_map(
+    value: bytes | None, headers: tuple[bytes | None, ...]
+) -> None:
+    assert HEADERS == (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)  # decode_ingest's order
+    general = decode_for_key(TOPIC, "dev-1", value, _pairs(headers), MASTER)
+    del general["header_map"]
+    assert decode_ingest("dev-1", value, *headers) == general
+
+
+READINGS: list[Any] = [
+    [],
+    [Measurement("t", 21.5, "celsius")],
+    [Measurement("t", 21.5, "celsius", 1_700_000_000_000), Measurement("h", -0.0, "percent")],
+    [Measurement("t", 21, "celsius")],  # an int: the full checks convert it
+    [Measurement("t", True, "celsius")],
+    [Measurement("t", math.nan, "celsius")],
+    [Measurement("t", math.inf, "celsius")],
+    [Measurement("", 1.0, "celsius")],
+    [Measurement("x" * 2000, 1.0, "celsius")],
+    [Measurement("t", 1.0, "u" * 2000)],
+    [Measurement("t", 1.0, 5)],  # type: ignore[arg-type]
+    [Measurement("t", 1.0, "celsius", 10**20)],
+    [Measurement("t", 1.0, "celsius", 1.5)],  # type: ignore[arg-type]
+    [Measurement("t", 1.0, "celsius", True)],  # type: ignore[arg-type]
+    [("t", 1.0, "celsius")],  # a plugin's plain tuple
+    [("t", 1.0, "celsius", 5)],
+    [Measurement("t", 1.0, "celsius"), Measurement("u", "x", "celsius")],  # type: ignore[arg-type]
+]
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+@pytest.mark.parametrize("readings", READINGS)
+def test_fast_measurement_checks_agree_with_the_full_ones(
+    readings: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = Normalized("telemetry", "acme.telemetry.v1+json", readings)
+    fast = _outcome(normalize.columns, n)
+    monkeypatch.setattr(normalize, "_checked_fast", lambda ms, limit: None)
+    assert fast == _outcome(normalize.columns, n)
+
+
+ACME_PAYLOADS = [
+    b'{"temp_c": 21.5, "hum_pct": 40.1}',
+    b'{"temp_c": 70}',
+    b'{"hum_pct": true}',
+    b'{"temp_c": NaN}',
+    b'{"temp_c": "x"}',
+    b'{"temp_c": 1e400}',
+    b'{"temp_c": 123456789012345678901234567890}',
+    b'{"temp_c": -0.0, "other": 1}',
+    b'{"temp_c": 1, "temp_c": 2}',
+    b"[]",
+    b"{}",
+    b"not json",
+]
+
+
+def _acme_before(payloads: list[bytes], media: Any) -> list[Any]:
+    """ACME telemetry as it was before the inline floats (every value through a measurer)."""
+    fields = [(k, measurer(name, unit)) for k, name, unit in acme._FIELDS]
+    out: list[Any] = []
+    for payload in payloads:
+        try:
+            doc = load_json(payload, media)
+            if not isinstance(doc, dict) or not {"temp_c", "hum_pct"} & doc.keys():
+                raise NormalizeError(
+                    "PAYLOAD_INVALID", "expected an object with temp_c and/or hum_pct"
+                )
+            values = [measured(doc[k]) for k, measured in fields if k in doc]
+            out.append(Normalized("telemetry", "acme.telemetry.v1+json", values))
+        except NormalizeError as exc:
+            out.append(exc)
+    return out
+
+
+def test_acme_floats_measured_inline_are_what_the_measurer_gives() -> None:
+    media = parse("application/vnd.acme.telemetry.v1+json")
+    got = list(acme.acme_telemetry.batch(ACME_PAYLOADS, media))  # type: ignore[attr-defined]
+    want = _acme_before(ACME_PAYLOADS, media)
+
+    def key(r: Any) -> Any:
+        return (type(r), r.reason, str(r)) if isinstance(r, NormalizeError) else r
+
+    assert [key(r) for r in got] == [key(r) for r in want]
+    assert sum(isinstance(r, Normalized) for r in got) >= 4
