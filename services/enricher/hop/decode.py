@@ -64,14 +64,8 @@ def decode_record(
                 _error(out, "decode", "MASTER_UNDECODABLE", exc)
         return out
     _ingest_headers(out, headers)
-    try:
-        msg = device_message_pb2.DeviceMessage.FromString(value or b"")
-    except Exception as exc:
-        _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
-        return out
-    problem = envelope_problem(msg)
-    if problem:
-        _error(out, "decode", "ENVELOPE_INVALID", problem)
+    msg = _envelope(out, value)
+    if msg is None:
         return out
     out |= {
         "message_id": msg.message_id,
@@ -139,6 +133,20 @@ def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
     return ""
 
 
+def _envelope(out: dict[str, Any], value: bytes | None) -> device_message_pb2.DeviceMessage | None:
+    """Parse and check an ingest record's envelope; None (and ``out`` marked) when it is bad."""
+    try:
+        msg = device_message_pb2.DeviceMessage.FromString(value or b"")
+    except Exception as exc:
+        _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
+        return None
+    problem = envelope_problem(msg)
+    if problem:
+        _error(out, "decode", "ENVELOPE_INVALID", problem)
+        return None
+    return msg
+
+
 def decode_for_key(
     topic: str, device_key: str, value: bytes | None, headers: Any, master_topic: str
 ) -> dict[str, Any]:
@@ -183,7 +191,7 @@ def decode_ingest(
     headers ``(GATEWAY_ID, g), (MESSAGE_ID, m), (RECEIVED_AT_MS, r)`` (those not None; tenant
     and endpoint absent), without building the header list and map per record.
     ``header_map`` is left out: no step after decoding reads it.
-    ``tests/enricher/test_decode_ingest.py`` checks that the two agree.
+    ``tests/enricher/test_hop_fast_paths.py`` checks that the two agree.
     """
     out = _INGEST_ROW.copy()
     out["gateway_id"] = gateway_id.decode("utf-8", "replace") if gateway_id else ""
@@ -193,14 +201,8 @@ def decode_ingest(
     except ValueError:
         out["received_ms"] = 0
     out["device_key"] = device_key
-    try:
-        msg = device_message_pb2.DeviceMessage.FromString(value or b"")
-    except Exception as exc:
-        _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
-        return out
-    problem = envelope_problem(msg)
-    if problem:
-        _error(out, "decode", "ENVELOPE_INVALID", problem)
+    msg = _envelope(out, value)
+    if msg is None:
         return out
     device_id = msg.device_id
     ts = msg.device_time
