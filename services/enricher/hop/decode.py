@@ -160,14 +160,19 @@ def decode_for_key(
     msg = decode_record(topic, None, value, headers, master_topic)
     msg["device_key"] = device_key
     if normalizable(msg) and msg["device_id"] != device_key:
-        _error(
-            msg,
-            "decode",
-            "ENVELOPE_INVALID",
-            f"record key {device_key!r} is not the envelope's device_id "
-            f"{msg['device_id']!r} (ingest topics are keyed by device id)",
-        )
+        _key_mismatch(msg, device_key)
     return msg
+
+
+def _key_mismatch(out: dict[str, Any], device_key: str) -> None:
+    """Refuse a row whose envelope names another device than the record key it came under."""
+    _error(
+        out,
+        "decode",
+        "ENVELOPE_INVALID",
+        f"record key {device_key!r} is not the envelope's device_id "
+        f"{out['device_id']!r} (ingest topics are keyed by device id)",
+    )
 
 
 #: A decoded ingest row before its headers and envelope (``decode_ingest`` copies it).
@@ -213,13 +218,7 @@ def decode_ingest(
     out["sequence"] = int(msg.sequence)
     out["payload"] = msg.payload
     if device_id != device_key:
-        _error(
-            out,
-            "decode",
-            "ENVELOPE_INVALID",
-            f"record key {device_key!r} is not the envelope's device_id "
-            f"{device_id!r} (ingest topics are keyed by device id)",
-        )
+        _key_mismatch(out, device_key)
     return out
 
 
