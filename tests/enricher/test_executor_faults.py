@@ -70,8 +70,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 DEVICES = 6
 #: Steady traffic around each fault: RATE messages a second; the fault once FAULT_AFTER of
 #: them are complete, then at least FEED_AFTER_S more seconds of it, and on until the p99 is
-#: back under 2 s for good or OBSERVE_S have passed. MAX_FEED bounds a phase.
-RATE, FAULT_AFTER, FEED_AFTER_S, OBSERVE_S, MAX_FEED = 10.0, 20, 10.0, 150.0, 2400
+#: back under 2 s for good or OBSERVE_S have passed. MAX_FEED bounds a phase. OBSERVE_S is
+#: twice the 30 s target: beyond it the figure only says "not within 60", and each further
+#: second of feeding is the ``cluster`` step's time in CI (150 s made the test 585 s).
+RATE, FAULT_AFTER, FEED_AFTER_S, OBSERVE_S, MAX_FEED = 10.0, 20, 10.0, 60.0, 2400
 #: What every driver of the test runs with: the machine's fit (two one-core workers).
 CLUSTER = {"SHUFFLE_PARTITIONS": "2", "DRIVER_MEMORY": "768m"}
 #: The first driver's small batches, so that each fault lands in the middle of a stream of
