@@ -35,7 +35,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -60,10 +60,17 @@ class Gateway:
     max_inflight_bytes: int | None = None
     max_concurrent_rpcs: int | None = None
     max_streams: int | None = None
+    #: ``device_patterns`` as one regular expression (fnmatch's translation of each), so a
+    #: message's binding check is one match, not a matcher looked up per pattern (issue 40).
+    _devices: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        patterns = "|".join(fnmatch.translate(p) for p in self.device_patterns)
+        object.__setattr__(self, "_devices", re.compile(patterns) if patterns else None)
 
     def may_speak_for(self, device_id: str) -> bool:
         """Return True if this gateway is bound to ``device_id`` (``write/messages.py`` asks)."""
-        return any(fnmatch.fnmatchcase(device_id, p) for p in self.device_patterns)
+        return self._devices is not None and self._devices.match(device_id) is not None
 
 
 #: The identity of calls on a server started with HEADWATER_INGEST_ALLOW_UNAUTHENTICATED.

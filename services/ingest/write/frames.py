@@ -240,7 +240,12 @@ class FrameWriter:
                     await asyncio.wait([f for _, _, f in pending], timeout=deadline - loop.time())
             for i, message_id, future in pending:
                 results[i] = _ack_result(message_id, future)
-            if len(frame.messages) == 1 and pending and results[0] is not None:
+            if (
+                len(frame.messages) == 1
+                and pending
+                and results[0] is not None
+                and span.is_recording()  # else the attributes would be built for nothing
+            ):
                 # One record: its key and where it landed, by the messaging conventions.
                 span.set_attribute("messaging.kafka.message.key", last_key)
                 if results[0].code == 0:
@@ -248,7 +253,7 @@ class FrameWriter:
                         record_position_attributes(results[0].partition, results[0].offset)
                     )
         produce_s = time.perf_counter() - produce_started
-        self._metrics.produce_duration.record(produce_s, {"topic": ep.topic})
+        self._metrics.produce_duration.record(produce_s, _topic_attributes(ep.topic))
         if pending and all(r is not None and r.code == 0 for r in results):
             # Only writes that all succeeded teach the deadline check how long one takes
             # now: timeouts during a broker stall must not make it refuse every call.
@@ -371,6 +376,12 @@ class FrameWriter:
             attrs = {"endpoint": ep.name, "code": _CODE_NAMES[code]}
             self._metrics.messages.add(count, attrs)
             self._metrics.received_bytes.add(size, attrs)
+
+
+@functools.lru_cache(maxsize=64)
+def _topic_attributes(topic: str) -> Mapping[str, AttributeValue]:
+    """``headwater.ingest.produce.duration``'s attributes, once per topic (the SDK copies them)."""
+    return {"topic": topic}
 
 
 @functools.lru_cache(maxsize=1024)

@@ -98,9 +98,32 @@ class DeviceMessageValidator:
     def __init__(self, max_payload_bytes: int) -> None:
         self._checks = compile_checks(device_message_pb2.DeviceMessage.DESCRIPTOR)  # type: ignore[arg-type]
         self.max_payload_bytes = max_payload_bytes
+        # The same rules as plain values, for :meth:`_plainly_valid` (read once here: a
+        # field of the rules message is a protobuf lookup each time it is read).
+        self._scalars = [
+            (
+                c.name,
+                c.rules.required,
+                c.rules.max_len,
+                c.rules.min_len,
+                c.pattern.fullmatch if c.pattern else None,
+            )
+            for c in self._checks
+            if not c.is_map and not c.is_message
+        ]
+        self._required_messages = [
+            c.name for c in self._checks if c.is_message and c.rules.required
+        ]
+        self._maps = [c.name for c in self._checks if c.is_map]
 
     def violations(self, msg: device_message_pb2.DeviceMessage) -> list[tuple[str, str]]:
         """Return (field, description) for every rule ``msg`` breaks; empty when valid."""
+        if self._plainly_valid(msg):  # most messages: one pass, no lists, no descriptions
+            return []
+        return self._all_violations(msg)
+
+    def _all_violations(self, msg: device_message_pb2.DeviceMessage) -> list[tuple[str, str]]:
+        """Every rule ``msg`` breaks, each with its description (empty when valid)."""
         found: list[tuple[str, str]] = []
         for check in self._checks:
             found += _check_field(msg, check)
@@ -118,6 +141,38 @@ class DeviceMessageValidator:
         if msg.sequence > MAX_SEQUENCE:
             found.append(("sequence", f"is {msg.sequence}; at most {MAX_SEQUENCE} allowed"))
         return found
+
+    def _plainly_valid(self, msg: device_message_pb2.DeviceMessage) -> bool:
+        """True only if ``msg`` breaks no rule that :meth:`violations` checks (issue 40).
+
+        The common message's checks in one pass over the same compiled rules. False means
+        "not shown valid here", never "invalid": a message with map entries, or anything
+        this pass does not decide, goes through the full checks, which name every
+        violation. ``tests/ingest/test_message_checks.py`` compares the two.
+        """
+        for name, required, max_len, min_len, fullmatch in self._scalars:
+            value = getattr(msg, name)
+            if not value:
+                if required:
+                    return False
+                continue
+            size = len(value)
+            if (max_len and size > max_len) or (min_len and size < min_len):
+                return False
+            if fullmatch is not None and fullmatch(value) is None:
+                return False
+        for name in self._required_messages:
+            if not msg.HasField(name):
+                return False
+        for name in self._maps:
+            if getattr(msg, name):
+                return False
+        if len(msg.payload) > self.max_payload_bytes or msg.sequence > MAX_SEQUENCE:
+            return False
+        if msg.HasField("device_time"):
+            ts = msg.device_time
+            return 0 <= ts.seconds < _MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
+        return True
 
 
 #: The largest sequence downstream can hold: the enricher's signed 64-bit column.
