@@ -2,12 +2,17 @@
 
 The hop decodes an ingest record with ``decode.decode_ingest`` (not ``decode_for_key`` with a
 header list), checks plain measurements in one loop (``normalize._checked_fast``, else the
-full checks) and measures ACME's float readings inline. Each is compared here with the code
-it stands for, valid and invalid inputs alike: the same columns, or the same error.
+full checks), measures ACME's float readings inline, parses JSON without ``decode_text``'s
+lookups and ``JSONDecoder.decode``'s wrappers when it can (``formats.base.load_json``), and
+makes ``Normalized`` without the frozen dataclass's generated ``__init__``. Each is
+compared here with the code it stands for, valid and invalid inputs alike: the same
+columns, or the same error.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 import math
 from typing import Any
@@ -18,11 +23,13 @@ from headwater import record_headers as rh
 from headwater.enricher.hop import normalize
 from headwater.enricher.hop.arrow_hop import HEADERS, _pairs
 from headwater.enricher.hop.decode import decode_for_key, decode_ingest
-from headwater.enricher.hop.formats import acme
+from headwater.enricher.hop.formats import acme, base
 from headwater.enricher.hop.formats.base import (
     Measurement,
+    MetricDef,
     Normalized,
     NormalizeError,
+    decode_text,
     load_json,
     measurer,
 )
@@ -156,3 +163,97 @@ def test_acme_floats_measured_inline_are_what_the_measurer_gives() -> None:
 
     assert [key(r) for r in got] == [key(r) for r in want]
     assert sum(isinstance(r, Normalized) for r in got) >= 4
+
+
+def test_normalized_init_is_the_one_dataclass_would_generate() -> None:
+    # The reference: the same fields and defaults, with dataclass's generated __init__.
+    reference = dataclasses.make_dataclass(
+        "Reference",
+        [(f.name, f.type, f) for f in dataclasses.fields(Normalized)],
+        frozen=True,
+    )
+    names = [f.name for f in dataclasses.fields(Normalized)]
+    assert list(inspect.signature(Normalized).parameters) == names
+    ms = [Measurement("t", 1.0, "celsius")]
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("telemetry", "x"), {}),
+        (("telemetry", "x", ms), {}),
+        (("alarm", "x", [], ("E1", 3, "hot")), {}),
+        (("telemetry", "x", ms, None, [MetricDef(1, "m", "kPa", 10)], True, []), {}),
+        (("telemetry", "x"), {"pending": [], "replaces_definitions": True}),
+        (("telemetry", "x", None, None, None, None, None), {}),  # None kept, not a list
+        ((), {"event_type": "e", "source_format": "s", "alarm": ("c", 1, "t")}),
+    ]
+    for args, kwargs in calls:
+        got, want = Normalized(*args, **kwargs), reference(*args, **kwargs)
+        assert vars(got) == vars(want), (args, kwargs)
+        assert [type(getattr(got, n)) for n in names] == [type(getattr(want, n)) for n in names]
+    a, b = Normalized("t", "x"), Normalized("t", "x")
+    assert a == b and a.measurements is not b.measurements and a.pending is not b.pending
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.event_type = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Normalized("t")  # type: ignore[call-arg]
+
+
+JSON_PAYLOADS = [
+    b'{"temp_c": 21.5, "hum_pct": 40.1}',
+    b' {"a": 1}',
+    b'{"a": 1}\n',
+    b"\t[1, 2]\r\n",
+    b'{"a": 1} {"b": 2}',
+    b'{"a": 1}x',
+    b"",
+    b"   ",
+    b"nope",
+    b"{",
+    b'{"a": 1, "a": 2}',
+    b'{"a": {"b": 1, "b": 2}}',
+    b'{"a": NaN, "b": -Infinity}',
+    b'"text"',
+    b"42",
+    b"1" * 5000,  # over the int digit limit
+    b'\xef\xbb\xbf{"bom": true}',
+    b"\xef\xbb\xbf \xef\xbb\xbf{}",
+    b"\xff\xfe not utf-8",
+    b'{"s": "\\ud800"}',
+    b"[" * 50 + b"]" * 50,
+]
+JSON_MEDIA = [
+    "application/vnd.acme.telemetry.v1+json",
+    "application/json; charset=utf-8",
+    "application/json; charset=UTF8",
+    "application/json; charset=iso-8859-1",
+    "application/json; charset=utf-16",
+    "application/json; charset=klingon",
+]
+
+
+@pytest.mark.parametrize("media", JSON_MEDIA)
+def test_load_json_is_decode_text_then_the_decoder(media: str) -> None:
+    m = parse(media)
+
+    def general(payload: bytes) -> Any:
+        text = decode_text(payload, m)
+        try:
+            return base._DECODER.decode(text)
+        except NormalizeError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            raise NormalizeError("PAYLOAD_UNDECODABLE", f"not JSON: {exc}") from None
+
+    def key(outcome: Any) -> Any:
+        if isinstance(outcome, tuple) and outcome and outcome[0] is NormalizeError:
+            return outcome
+        return repr(outcome)  # NaN != NaN: compare what was parsed by its text
+
+    for payload in JSON_PAYLOADS:
+        got, want = _outcome_of(load_json, payload, m), _outcome_of(general, payload)
+        assert key(got) == key(want), payload
+
+
+def _outcome_of(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except NormalizeError as exc:
+        return (NormalizeError, exc.reason, str(exc))
