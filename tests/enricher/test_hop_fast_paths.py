@@ -3,9 +3,10 @@
 The hop decodes an ingest record with ``decode.decode_ingest`` (not ``decode_for_key`` with a
 header list), checks plain measurements in one loop (``normalize._checked_fast``, else the
 full checks), measures ACME's float readings inline, parses JSON without ``decode_text``'s
-lookups and ``JSONDecoder.decode``'s wrappers when it can (``formats.base.load_json``), and
-makes ``Normalized`` without the frozen dataclass's generated ``__init__``. Each is
-compared here with the code it stands for, valid and invalid inputs alike: the same
+lookups and ``JSONDecoder.decode``'s wrappers when it can (``formats.base.load_json``), makes
+``Normalized`` without the frozen dataclass's generated ``__init__``, and builds its struct
+array a column at a time (``arrow_hop.hop_struct``, not ``from_pylist`` of ``hop_rows``). Each
+is compared here with the code it stands for, valid and invalid inputs alike: the same
 columns, or the same error.
 """
 
@@ -17,10 +18,12 @@ import itertools
 import math
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from headwater import record_headers as rh
-from headwater.enricher.hop import normalize
+from headwater.enricher.hop import arrow_hop, normalize
+from headwater.enricher.hop import budget as budgets
 from headwater.enricher.hop.arrow_hop import HEADERS, _pairs
 from headwater.enricher.hop.decode import decode_for_key, decode_ingest
 from headwater.enricher.hop.formats import acme, base
@@ -35,6 +38,10 @@ from headwater.enricher.hop.formats.base import (
 )
 from headwater.enricher.hop.media_type import parse
 from headwater.proto.device.v1 import device_message_pb2
+from tests.enricher.corpus import corpus
+from tests.enricher.hop_input import TOPICS
+from tests.enricher.hop_input import columns as hop_columns
+from tests.support.kafkatools import ACME, Msg, envelope, ingest_headers
 
 TOPIC, MASTER = "ingest.telemetry.v1", "master.devices.v1"
 
@@ -257,3 +264,83 @@ def _outcome_of(fn: Any, *args: Any) -> Any:
         return fn(*args)
     except NormalizeError as exc:
         return (NormalizeError, exc.reason, str(exc))
+
+
+def _hop_records() -> list[Any]:
+    """A varied batch of the hop's records: the enricher corpus, and a key that is not the
+    envelope's device, a record whose decoding goes over its budget, masters."""
+    rows = corpus(TOPICS.ingest, TOPICS.master)
+    records = [
+        (topic, (key or b"").decode("utf-8", "replace"), value, headers)
+        for key, value, topic, *_, headers in rows
+    ]
+    m = Msg("k-1", "dev-a", ACME, b'{"temp_c": 1.5}')
+    records.append((TOPICS.ingest[0], "dev-b", envelope(m), ingest_headers(m)))
+    slow = Msg("slow-1", "dev-slow", ACME, b'{"temp_c": 2.5}')
+    records.append((TOPICS.ingest[0], "dev-slow", envelope(slow), ingest_headers(slow)))
+    records.append((TOPICS.master, "dev-x", b"\xff not a master", []))
+    records.append((TOPICS.master, "dev-y", b"", []))
+    return records
+
+
+@pytest.fixture
+def slow_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding ``dev-slow``'s record goes over its budget (as the timer would interrupt it)."""
+    real = arrow_hop._decoding
+
+    def decoding(records: Any, master_topic: str) -> Any:
+        for r in records:
+            if r[1] == "dev-slow":
+                raise budgets.CpuBudgetExceeded()
+            yield from real([r], master_topic)
+
+    monkeypatch.setattr(arrow_hop, "_decoding", decoding)
+
+
+@pytest.mark.spark
+def test_hop_struct_is_hop_rows_as_arrow(spark: Any, slow_decode: None) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    hop = StructType.fromDDL(arrow_hop.HOP)
+    assert isinstance(hop, StructType)
+    schema = to_arrow_schema(hop)
+    records = _hop_records()
+    batches = [
+        records,  # every kind of row
+        [r for r in records if r[0] == TOPICS.ingest[0]][:5],  # every row normalized
+        records[-2:],  # none normalized
+        [],
+    ]
+    outcomes = set()
+    for batch in batches:
+        cols = hop_columns(batch)
+        rows = arrow_hop.hop_rows(cols, TOPICS.master)
+        want = pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
+        got = arrow_hop.hop_struct(cols, TOPICS.master, schema)
+        assert got.type == want.type
+        assert got.to_pylist() == want.to_pylist()
+        assert got.equals(want)
+        outcomes |= {(r["error_stage"], r["error_reason"]) for r in rows}
+    # The corpus reaches what the columns are built from: rows of both steps, errors of both.
+    assert {("decode", budgets.CPU_REASON), ("decode", "ENVELOPE_INVALID")} <= outcomes
+    assert {(None, None), ("normalize", "UNKNOWN_FORMAT"), ("normalize", "PAYLOAD_INVALID")} <= (
+        outcomes
+    )
+
+
+@pytest.mark.parametrize(
+    ("event_type", "source_format"),
+    [("t", "s"), ("t" * 2000, "s"), ("t", "s" * 2000), ("t" * 2000, "s" * 3000), ("t", 5)],
+)
+def test_the_text_checks_of_event_type_and_source_format_raise_as_both_calls_did(
+    event_type: str, source_format: Any
+) -> None:
+    def both_checked() -> Any:
+        normalize._text(event_type, 1024)
+        normalize._text(source_format, 1024)
+        return "ok"
+
+    n = Normalized(event_type, source_format, [Measurement("t", 1.0, "celsius")])
+    got = _outcome(normalize.columns, n)
+    assert (got if isinstance(got, tuple) else "ok") == _outcome(both_checked)
