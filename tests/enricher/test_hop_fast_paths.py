@@ -297,6 +297,10 @@ def slow_decode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arrow_hop, "_decoding", decoding)
 
 
+def normalize_step_ran(row: dict[str, Any]) -> bool:
+    return row["kind"] == "ingest" and row["error_stage"] != "decode"
+
+
 @pytest.mark.spark
 def test_hop_struct_is_hop_rows_as_arrow(spark: Any, slow_decode: None) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -306,9 +310,12 @@ def test_hop_struct_is_hop_rows_as_arrow(spark: Any, slow_decode: None) -> None:
     assert isinstance(hop, StructType)
     schema = to_arrow_schema(hop)
     records = _hop_records()
+    decoded = arrow_hop.hop_rows(hop_columns(records), TOPICS.master)
+    normalizable = [r for r, row in zip(records, decoded, strict=True) if normalize_step_ran(row)]
     batches = [
         records,  # every kind of row
-        [r for r in records if r[0] == TOPICS.ingest[0]][:5],  # every row normalized
+        normalizable,  # every row normalized, some of them to a normalize error
+        normalizable[:5],
         records[-2:],  # none normalized
         [],
     ]
@@ -322,6 +329,7 @@ def test_hop_struct_is_hop_rows_as_arrow(spark: Any, slow_decode: None) -> None:
         assert got.to_pylist() == want.to_pylist()
         assert got.equals(want)
         outcomes |= {(r["error_stage"], r["error_reason"]) for r in rows}
+    assert any(r["error_stage"] == "normalize" for r in decoded if normalize_step_ran(r))
     # The corpus reaches what the columns are built from: rows of both steps, errors of both.
     assert {("decode", budgets.CPU_REASON), ("decode", "ENVELOPE_INVALID")} <= outcomes
     assert {(None, None), ("normalize", "UNKNOWN_FORMAT"), ("normalize", "PAYLOAD_INVALID")} <= (

@@ -94,21 +94,27 @@ def hop_struct(columns: list[pa.Array], master_topic: str, schema: pa.Schema) ->
     (``tests/enricher/test_hop_fast_paths.py``), built a column at a time: no merged row
     dict per message, and no test per row and field of whether the row has the field. A
     column the decode step fills is read from every decoded row; one the normalize step
-    fills (and its error columns) from the normalized rows, null for a row not normalized.
-    A normalized row had no decode error (``decode.normalizable``: the four error columns
-    are set together), so its error columns are normalize's.
+    fills (and its error columns) from the normalized rows, null for a row not normalized,
+    and all nulls without a look at the rows when no normalized row has it (the alarm and
+    Sparkplug columns of a telemetry batch). A normalized row had no decode error
+    (``decode.normalizable``: the four error columns are set together), so its error
+    columns are normalize's where it has them.
     """
     msgs, todo, normalized = _decoded_and_normalized(columns, master_topic)
     n = len(msgs)
     names = schema.names
-    by_normalize = [f for f in names if f in _NORMALIZE_COLUMNS]
-    values: dict[str, Sequence[Any]] = {
+    values: dict[str, list[Any]] = {
         f: list(map(itemgetter(f), msgs)) for f in names if f not in _NORMALIZE_COLUMNS
     }
-    rows = [tuple(map(m.get, by_normalize)) for m in normalized]
-    filled = zip(*rows, strict=True) if rows else ((),) * len(by_normalize)
     every_row = len(todo) == n  # then todo is 0..n-1, in order
-    for f, of_normalized in zip(by_normalize, filled, strict=True):
+    present = set().union(*normalized)  # most rows have 3 of the 14 (no alarm, no units)
+    for f in names:
+        if f not in _NORMALIZE_COLUMNS:
+            continue
+        if f not in present:  # decode's column as it is, or nulls
+            values[f] = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
+            continue
+        of_normalized = [m.get(f) for m in normalized]
         if every_row:
             values[f] = of_normalized
             continue
