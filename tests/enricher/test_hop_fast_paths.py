@@ -37,6 +37,7 @@ from headwater.enricher.hop.formats.base import (
     measurer,
 )
 from headwater.enricher.hop.media_type import parse
+from headwater.enricher.hop.timestamps import ms_of
 from headwater.proto.device.v1 import device_message_pb2
 from tests.enricher.corpus import corpus
 from tests.enricher.hop_input import TOPICS
@@ -86,6 +87,9 @@ def test_decode_ingest_is_decode_for_key_without_the_header_map(
     general = decode_for_key(TOPIC, "dev-1", value, _pairs(headers), MASTER)
     del general["header_map"]
     assert decode_ingest("dev-1", value, *headers) == general
+    if general["device_id"]:  # decoded: the time is the envelope's, as ms_of gives it
+        ts = device_message_pb2.DeviceMessage.FromString(value or b"").device_time
+        assert general["device_time_ms"] == ms_of(ts)
 
 
 READINGS: list[Any] = [
