@@ -95,9 +95,9 @@ class Normalized:
     ) -> None:
         # The __init__ dataclass would generate, the same fields and defaults (a new list for
         # each list not given), written into the instance's dict at once: the generated one
-        # of a frozen class sets each field through ``object.__setattr__``, ~5 µs a message
-        # on the hop's path (docs/benchmarks.md, issue 40). Assignment stays refused
-        # (frozen). ``tests/enricher/test_hop_fast_paths.py`` checks the two agree.
+        # of a frozen class sets each field through ``object.__setattr__`` (3.6 µs a call on
+        # the hop's path here, this one 1.6: docs/benchmarks.md, issue 40). Assignment stays
+        # refused (frozen). ``tests/enricher/test_hop_fast_paths.py`` checks the two agree.
         self.__dict__.update(
             event_type=event_type,
             source_format=source_format,
@@ -316,6 +316,9 @@ def _decode(text: str) -> Any:
     scanner; a payload that starts with a value and ends where the value ends needs neither.
     Anything else (whitespace around, extra data, not a value) goes to ``decode`` itself,
     which gives the same value or raises its own error (the scan again: the same document).
+    The scan runs two frames less deep than under ``decode``: a document nested to within
+    two levels of the recursion limit may parse here where it did not (how deep it may go
+    depended on the caller's stack before, too).
     """
     if text and text[0] not in _JSON_SPACE:
         try:
