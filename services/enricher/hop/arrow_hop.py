@@ -21,6 +21,7 @@ of its own, and what decoding used is taken off what normalizing may use.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +38,13 @@ from headwater.enricher.hop.decode import (
     over_budget,
 )
 from headwater.enricher.hop.normalize import normalize_batch
-from headwater.enricher.hop.schema import DECODED_FIELDS, NORMALIZED_FIELDS, UNITS, fields
+from headwater.enricher.hop.schema import (
+    DECODED_FIELDS,
+    NORMALIZED_FIELDS,
+    UNITS,
+    field_names,
+    fields,
+)
 from headwater.enricher.source.keys import last_header
 
 #: Decoded columns the hop does not return: the key (the JVM has it) and what the JVM operator
@@ -48,6 +55,11 @@ HOP = ", ".join(
     [f for f in fields(DECODED_FIELDS) if f.split(" ")[0] not in _NOT_RETURNED]
     + [NORMALIZED_FIELDS, UNITS]
 )
+#: The error columns, which both steps fill (decode's for what it refuses, normalize's for
+#: the rest).
+_DECODE_ERRORS = frozenset({"error_stage", "error_reason", "error_class", "error_message"})
+#: The columns the normalize step fills (``normalize.normalize_message``'s, errors included).
+_NORMALIZE_COLUMNS = frozenset(field_names(NORMALIZED_FIELDS) + field_names(UNITS)) | _DECODE_ERRORS
 #: The headers decode reads of an ingest record (tenant is the key's; endpoint is not read),
 #: in the order ``_decoding`` unpacks them.
 HEADERS = (rh.GATEWAY_ID, rh.MESSAGE_ID, rh.RECEIVED_AT_MS)
@@ -66,7 +78,61 @@ def inputs() -> list[Column]:
 def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]:
     """Return a batch of the hop's ``inputs`` decoded and normalized; never raises.
 
-    The dicts hold the columns a message has (Arrow makes the others null).
+    The dicts hold the columns a message has (Arrow makes the others null). The hop itself
+    returns :func:`hop_struct`, the same rows as a struct array.
+    """
+    msgs, todo, normalized = _decoded_and_normalized(columns, master_topic)
+    for i, columns_of_msg in zip(todo, normalized, strict=True):
+        msgs[i] |= columns_of_msg
+    return msgs
+
+
+def hop_struct(columns: list[pa.Array], master_topic: str, schema: pa.Schema) -> pa.StructArray:
+    """Return ``hop_rows``' rows as one struct array of ``schema`` (``HOP``'s); never raises.
+
+    The same array as ``pa.RecordBatch.from_pylist(hop_rows(...), schema).to_struct_array()``
+    (``tests/enricher/test_hop_fast_paths.py``), built a column at a time: no merged row
+    dict per message, and no test per row and field of whether the row has the field. A
+    column the decode step fills is read from every decoded row; one the normalize step
+    fills (and its error columns) from the normalized rows, null for a row not normalized,
+    and all nulls without a look at the rows when no normalized row has it (the alarm and
+    Sparkplug columns of a telemetry batch). A normalized row had no decode error
+    (``decode.normalizable``: the four error columns are set together), so its error
+    columns are normalize's where it has them.
+    """
+    msgs, todo, normalized = _decoded_and_normalized(columns, master_topic)
+    n = len(msgs)
+    names = schema.names
+    values: dict[str, list[Any]] = {
+        f: list(map(itemgetter(f), msgs)) for f in names if f not in _NORMALIZE_COLUMNS
+    }
+    every_row = len(todo) == n  # then todo is 0..n-1, in order
+    present = set().union(*normalized)  # most rows have 3 of the 14 (no alarm, no units)
+    for f in names:
+        if f not in _NORMALIZE_COLUMNS:
+            continue
+        if f not in present:  # decode's column as it is, or nulls
+            values[f] = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
+            continue
+        of_normalized = [m.get(f) for m in normalized]
+        if every_row:
+            values[f] = of_normalized
+            continue
+        column = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
+        for i, v in zip(todo, of_normalized, strict=True):
+            column[i] = v
+        values[f] = column
+    arrays = [pa.array(values[f], type=schema.field(f).type) for f in names]
+    return pa.StructArray.from_arrays(arrays, fields=list(schema))
+
+
+def _decoded_and_normalized(
+    columns: list[pa.Array], master_topic: str
+) -> tuple[list[dict[str, Any]], list[int], list[dict[str, Any]]]:
+    """Decode a batch, then normalize what decoded.
+
+    Returns the decoded rows, the indexes of those normalized (in order) and their
+    normalized columns (normalize's errors included).
     """
     topics, keys, values, *headers = (c.to_pylist() for c in columns)  # no row dicts
     records = list(zip(topics, keys, values, *headers, strict=True))
@@ -83,9 +149,7 @@ def hop_rows(columns: list[pa.Array], master_topic: str) -> list[dict[str, Any]]
         b,
         spent=[spent[i] for i in todo],
     )
-    for i, columns_of_msg in zip(todo, normalized, strict=True):
-        msgs[i] |= columns_of_msg
-    return msgs
+    return msgs, todo, normalized
 
 
 def _pairs(found: Sequence[bytes | None]) -> list[tuple[str, bytes]]:
@@ -121,8 +185,7 @@ def decoder(
     def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         for columns in batches:
             with worker_gc.batch_scope():
-                rows = hop_rows(list(columns), master_topic)
-                out = pa.RecordBatch.from_pylist(rows, schema=schema).to_struct_array()
+                out = hop_struct(list(columns), master_topic, schema)
             yield out
         worker_gc.freeze_survivors()
 

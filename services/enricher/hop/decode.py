@@ -14,7 +14,6 @@ from headwater import record_headers as rh
 from headwater.enricher.hop.arrowsafe import sanitize
 from headwater.enricher.hop.budget import CPU_REASON
 from headwater.enricher.hop.schema import DECODED_FIELDS, field_names
-from headwater.enricher.hop.timestamps import ms_of
 from headwater.proto.device.v1 import device_message_pb2
 from headwater.proto.master.v1 import device_master_pb2
 from headwater.topics import split_scoped_key
@@ -64,18 +63,18 @@ def decode_record(
                 _error(out, "decode", "MASTER_UNDECODABLE", exc)
         return out
     _ingest_headers(out, headers)
-    msg = _envelope(out, value)
-    if msg is None:
+    env = _envelope(out, value)
+    if env is None:
         return out
-    out |= {
-        "message_id": msg.message_id,
-        "device_id": msg.device_id,
-        "device_key": msg.device_id,
-        "content_type": msg.content_type,
-        "device_time_ms": ms_of(msg.device_time),
-        "sequence": int(msg.sequence),
-        "payload": msg.payload,
-    }
+    (
+        out["message_id"],
+        out["device_id"],
+        out["content_type"],
+        out["device_time_ms"],
+        out["sequence"],
+        out["payload"],
+    ) = env
+    out["device_key"] = env[1]
     return out
 
 
@@ -116,35 +115,55 @@ def over_budget(
 MAX_LONG = 2**63 - 1
 
 
-def envelope_problem(msg: device_message_pb2.DeviceMessage) -> str:
-    """Return why ``msg`` cannot become a decoded row ("" when it can).
+def envelope_problem(
+    message_id: str, device_id: str, content_type: str, sequence: int, seconds: int, nanos: int
+) -> str:
+    """Return why an envelope of these fields cannot become a decoded row ("" when it can).
 
     Ingest refuses all of these; the enricher checks again because the topic may hold
     records written before those checks, or by another producer, and one such record
     must not stop the query.
     """
-    if not msg.message_id or not msg.device_id or not msg.content_type:
+    if not message_id or not device_id or not content_type:
         return "message_id, device_id and content_type are required"
-    if msg.sequence > MAX_LONG:
-        return f"sequence {msg.sequence} does not fit a signed 64-bit integer"
-    ts = msg.device_time
-    if not 0 <= ts.nanos <= 999_999_999 or not -62135596800 <= ts.seconds <= 253402300799:
-        return f"device_time is not a valid Timestamp (seconds={ts.seconds}, nanos={ts.nanos})"
+    if sequence > MAX_LONG:
+        return f"sequence {sequence} does not fit a signed 64-bit integer"
+    if not 0 <= nanos <= 999_999_999 or not -62135596800 <= seconds <= 253402300799:
+        return f"device_time is not a valid Timestamp (seconds={seconds}, nanos={nanos})"
     return ""
 
 
-def _envelope(out: dict[str, Any], value: bytes | None) -> device_message_pb2.DeviceMessage | None:
-    """Parse and check an ingest record's envelope; None (and ``out`` marked) when it is bad."""
+#: An envelope's columns: message_id, device_id, content_type, device_time_ms, sequence, payload.
+Envelope = tuple[str, str, str, int, int, bytes]
+
+
+def _envelope(out: dict[str, Any], value: bytes | None) -> Envelope | None:
+    """Parse and check an ingest record's envelope; None (and ``out`` marked) when it is bad.
+
+    Each field is read once, for the check and the columns: upb makes a new Python object
+    at every read of a field.
+    """
     try:
         msg = device_message_pb2.DeviceMessage.FromString(value or b"")
     except Exception as exc:
         _error(out, "decode", "ENVELOPE_UNDECODABLE", exc)
         return None
-    problem = envelope_problem(msg)
+    message_id, device_id, content_type = msg.message_id, msg.device_id, msg.content_type
+    sequence, ts = msg.sequence, msg.device_time
+    seconds, nanos = ts.seconds, ts.nanos
+    problem = envelope_problem(message_id, device_id, content_type, sequence, seconds, nanos)
     if problem:
         _error(out, "decode", "ENVELOPE_INVALID", problem)
         return None
-    return msg
+    # seconds * 1000 + nanos // 1_000_000 is timestamps.ms_of (of the fields read here)
+    return (
+        message_id,
+        device_id,
+        content_type,
+        seconds * 1000 + nanos // 1_000_000,
+        int(sequence),
+        msg.payload,
+    )
 
 
 def decode_for_key(
@@ -206,18 +225,18 @@ def decode_ingest(
     except ValueError:
         out["received_ms"] = 0
     out["device_key"] = device_key
-    msg = _envelope(out, value)
-    if msg is None:
+    env = _envelope(out, value)
+    if env is None:
         return out
-    device_id = msg.device_id
-    ts = msg.device_time
-    out["message_id"] = msg.message_id
-    out["device_id"] = device_id
-    out["content_type"] = msg.content_type
-    out["device_time_ms"] = ts.seconds * 1000 + ts.nanos // 1_000_000  # timestamps.ms_of
-    out["sequence"] = int(msg.sequence)
-    out["payload"] = msg.payload
-    if device_id != device_key:
+    (
+        out["message_id"],
+        out["device_id"],
+        out["content_type"],
+        out["device_time_ms"],
+        out["sequence"],
+        out["payload"],
+    ) = env
+    if env[1] != device_key:
         _key_mismatch(out, device_key)
     return out
 

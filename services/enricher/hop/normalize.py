@@ -213,8 +213,10 @@ def columns(n: Normalized, budget: budgets.Budget | None = None) -> dict[str, An
     measurements = _checked_fast(n.measurements, limit)
     if measurements is None:
         measurements = _checked(n.measurements, limit)
-    _text(n.event_type, limit)
-    _text(n.source_format, limit)
+    source_format = n.source_format  # event_type is a string (above)
+    if len(n.event_type) > limit or (isinstance(source_format, str) and len(source_format) > limit):
+        _text(n.event_type, limit)  # raises for the first over the limit, as always
+        _text(source_format, limit)
     out: dict[str, Any] = {
         "event_type": n.event_type,
         "source_format": n.source_format,

@@ -29,7 +29,14 @@ def acme_telemetry(
     """ACME v1: ``{"temp_c": 21.5, "hum_pct": 40.1}`` (either field may be missing)."""
     # Units: once a batch. A float (nearly every reading) is measured here, without the
     # measurer's call and checks (``float(x)`` of a float is ``x``); other values go to it.
-    fields = [(k, measurer(name, unit), name, units.conversion(unit)) for k, name, unit in _FIELDS]
+    # ``tuple.__new__`` makes the same Measurement without the named tuple's Python __new__,
+    # and a unit already canonical (``apply`` returns the value) is not applied at all.
+    fields = [
+        (k, measurer(name, unit), name, c, c.scale == 1.0 and c.offset == 0.0)
+        for k, name, unit in _FIELDS
+        for c in (units.conversion(unit),)
+    ]
+    new, m = tuple.__new__, Measurement
     for payload in payloads:
         try:
             doc = load_json(payload, media)
@@ -38,8 +45,10 @@ def acme_telemetry(
                     "PAYLOAD_INVALID", "expected an object with temp_c and/or hum_pct"
                 )
             values = [
-                Measurement(name, c.apply(v), c.canonical) if type(v) is float else measured(v)
-                for k, measured, name, c in fields
+                new(m, (name, v if same else c.apply(v), c.canonical, None))
+                if type(v) is float
+                else measured(v)
+                for k, measured, name, c, same in fields
                 if k in doc
                 for v in (doc[k],)
             ]

@@ -63,6 +63,10 @@ class Pending(NamedTuple):
     datatype: int
 
 
+#: The default of a list field of :class:`Normalized` not given: a new empty list each time.
+_NEW_LIST: Any = object()
+
+
 @dataclass(frozen=True)
 class Normalized:
     """The common-format content of one message."""
@@ -78,6 +82,31 @@ class Normalized:
     replaces_definitions: bool = False
     #: Readings resolved against the device's definitions in the keyed state.
     pending: list[Pending] = field(default_factory=list)
+
+    def __init__(
+        self,
+        event_type: str,
+        source_format: str,
+        measurements: list[Measurement] = _NEW_LIST,
+        alarm: tuple[str, int, str] | None = None,
+        definitions: list[MetricDef] = _NEW_LIST,
+        replaces_definitions: bool = False,
+        pending: list[Pending] = _NEW_LIST,
+    ) -> None:
+        # The __init__ dataclass would generate, the same fields and defaults (a new list for
+        # each list not given), written into the instance's dict at once: the generated one
+        # of a frozen class sets each field through ``object.__setattr__`` (3.6 µs a call on
+        # the hop's path here, this one 1.6: docs/benchmarks.md, issue 40). Assignment stays
+        # refused (frozen). ``tests/enricher/test_hop_fast_paths.py`` checks the two agree.
+        self.__dict__.update(
+            event_type=event_type,
+            source_format=source_format,
+            measurements=[] if measurements is _NEW_LIST else measurements,
+            alarm=alarm,
+            definitions=[] if definitions is _NEW_LIST else definitions,
+            replaces_definitions=replaces_definitions,
+            pending=[] if pending is _NEW_LIST else pending,
+        )
 
 
 Normalizer = Callable[[bytes, MediaType], Normalized]
@@ -275,6 +304,31 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 #: One decoder for every call: ``json.loads`` with a hook builds a new one each time.
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_names)
+#: Its scanner (C), which ``JSONDecoder.__init__`` sets and typeshed does not declare.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_JSON_SPACE = " \t\n\r"
+
+
+def _decode(text: str) -> Any:
+    """Return ``_DECODER.decode(text)``: for a document with no whitespace around it, its scan.
+
+    ``JSONDecoder.decode`` is two Python calls and two whitespace regexes around the C
+    scanner; a payload that starts with a value and ends where the value ends needs neither.
+    Anything else (whitespace around, extra data, not a value) goes to ``decode`` itself,
+    which gives the same value or raises its own error (the scan again: the same document).
+    The scan runs two frames less deep than under ``decode``: a document nested to within
+    two levels of the recursion limit may parse here where it did not (how deep it may go
+    depended on the caller's stack before, too).
+    """
+    if text and text[0] not in _JSON_SPACE:
+        try:
+            obj, end = _SCAN(text, 0)
+        except StopIteration:
+            pass  # not a value: ``decode`` raises "Expecting value" for it
+        else:
+            if end == len(text):
+                return obj
+    return _DECODER.decode(text)
 
 
 def load_json(payload: bytes, media: MediaType) -> Any:
@@ -286,9 +340,17 @@ def load_json(payload: bytes, media: MediaType) -> Any:
     Raises:
         NormalizeError: ``PAYLOAD_UNDECODABLE`` when the payload is not JSON text.
     """
-    text = decode_text(payload, media)
+    if media.charset is None:  # the common case: decode_text's UTF-8, without its lookups
+        try:
+            text = payload.decode()
+        except UnicodeDecodeError:
+            text = decode_text(payload, media)  # raises its PAYLOAD_UNDECODABLE
+        if text.startswith("\ufeff"):
+            text = text[1:]
+    else:
+        text = decode_text(payload, media)
     try:
-        return _DECODER.decode(text)
+        return _decode(text)
     except NormalizeError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limit, nesting
