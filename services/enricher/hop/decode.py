@@ -63,18 +63,9 @@ def decode_record(
                 _error(out, "decode", "MASTER_UNDECODABLE", exc)
         return out
     _ingest_headers(out, headers)
-    env = _envelope(out, value)
-    if env is None:
-        return out
-    (
-        out["message_id"],
-        out["device_id"],
-        out["content_type"],
-        out["device_time_ms"],
-        out["sequence"],
-        out["payload"],
-    ) = env
-    out["device_key"] = env[1]
+    device_id = _envelope(out, value)
+    if device_id is not None:
+        out["device_key"] = device_id
     return out
 
 
@@ -133,15 +124,11 @@ def envelope_problem(
     return ""
 
 
-#: An envelope's columns: message_id, device_id, content_type, device_time_ms, sequence, payload.
-Envelope = tuple[str, str, str, int, int, bytes]
+def _envelope(out: dict[str, Any], value: bytes | None) -> str | None:
+    """Parse and check an ingest record's envelope into ``out``'s columns; its device id.
 
-
-def _envelope(out: dict[str, Any], value: bytes | None) -> Envelope | None:
-    """Parse and check an ingest record's envelope; None (and ``out`` marked) when it is bad.
-
-    Each field is read once, for the check and the columns: upb makes a new Python object
-    at every read of a field.
+    None (and ``out`` marked) when it is bad. Each field is read once, for the check and the
+    columns: upb makes a new Python object at every read of a field.
     """
     try:
         msg = device_message_pb2.DeviceMessage.FromString(value or b"")
@@ -155,15 +142,14 @@ def _envelope(out: dict[str, Any], value: bytes | None) -> Envelope | None:
     if problem:
         _error(out, "decode", "ENVELOPE_INVALID", problem)
         return None
+    out["message_id"] = message_id
+    out["device_id"] = device_id
+    out["content_type"] = content_type
     # seconds * 1000 + nanos // 1_000_000 is timestamps.ms_of (of the fields read here)
-    return (
-        message_id,
-        device_id,
-        content_type,
-        seconds * 1000 + nanos // 1_000_000,
-        int(sequence),
-        msg.payload,
-    )
+    out["device_time_ms"] = seconds * 1000 + nanos // 1_000_000
+    out["sequence"] = int(sequence)
+    out["payload"] = msg.payload
+    return device_id
 
 
 def decode_for_key(
@@ -225,18 +211,8 @@ def decode_ingest(
     except ValueError:
         out["received_ms"] = 0
     out["device_key"] = device_key
-    env = _envelope(out, value)
-    if env is None:
-        return out
-    (
-        out["message_id"],
-        out["device_id"],
-        out["content_type"],
-        out["device_time_ms"],
-        out["sequence"],
-        out["payload"],
-    ) = env
-    if env[1] != device_key:
+    device_id = _envelope(out, value)
+    if device_id is not None and device_id != device_key:
         _key_mismatch(out, device_key)
     return out
 
