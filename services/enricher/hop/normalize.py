@@ -32,7 +32,7 @@ from headwater.enricher.hop.formats import (
     batch_of,
     register,
 )
-from headwater.enricher.hop.formats.base import _MAX_TIME_MS, _MIN_TIME_MS, check_time, check_value
+from headwater.enricher.hop.formats.base import MAX_TIME_MS, MIN_TIME_MS, check_time, check_value
 from headwater.enricher.hop.formats.registry import lookup
 
 __all__ = [
@@ -291,7 +291,7 @@ def _checked_fast(ms: list[Any], limit: int) -> list[dict[str, Any]] | None:
         ):
             return None
         if time_ms is not None and (
-            type(time_ms) is not int or not _MIN_TIME_MS <= time_ms <= _MAX_TIME_MS
+            type(time_ms) is not int or not MIN_TIME_MS <= time_ms <= MAX_TIME_MS
         ):
             return None
         out.append({"name": name, "value": value, "unit": unit, "time_ms": time_ms})

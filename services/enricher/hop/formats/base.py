@@ -172,8 +172,8 @@ def check_value(name: Any, value: Any) -> float:
 
 #: The range of a protobuf Timestamp (years 1 to 9999) in ms since the epoch; a reading time
 #: outside it could not be written into an event.
-_MIN_TIME_MS = -62_135_596_800_000
-_MAX_TIME_MS = 253_402_300_799_999
+MIN_TIME_MS = -62_135_596_800_000
+MAX_TIME_MS = 253_402_300_799_999
 
 
 def check_time(name: str, time_ms: Any) -> int | None:
@@ -182,7 +182,7 @@ def check_time(name: str, time_ms: Any) -> int | None:
         return None
     if isinstance(time_ms, bool) or not isinstance(time_ms, int):
         raise NormalizeError("PAYLOAD_INVALID", f"{name}: time {time_ms!r} is not an integer")
-    if not _MIN_TIME_MS <= time_ms <= _MAX_TIME_MS:
+    if not MIN_TIME_MS <= time_ms <= MAX_TIME_MS:
         raise NormalizeError("PAYLOAD_INVALID", f"{name}: time {time_ms} ms is out of range")
     return time_ms
 
