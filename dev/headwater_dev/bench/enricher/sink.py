@@ -98,7 +98,11 @@ def task_rows(messages: int, devices: int, topics: EnricherTopics, shape: str) -
             event |= dict(role="event", label="telemetry", event_id=e.event_id, batch_ms=None)
             rows.append(row | event | dict(headers=passthrough))
             c = completion_pb2.Completion(
-                message_id=f"m-{i}", device_id=device, outcome=1, attempt=1, tenant=TENANT
+                message_id=f"m-{i}",
+                device_id=device,
+                outcome=completion_pb2.OUTCOME_ENRICHED,
+                attempt=1,
+                tenant=TENANT,
             )
             c.source.topic, c.source.partition, c.source.offset = SOURCE, i % 6, i // 6
             c.completed_time.FromMilliseconds(now)
