@@ -102,27 +102,20 @@ def hop_struct(columns: list[pa.Array], master_topic: str, schema: pa.Schema) ->
     """
     msgs, todo, normalized = _decoded_and_normalized(columns, master_topic)
     n = len(msgs)
-    names = schema.names
-    values: dict[str, list[Any]] = {
-        f: list(map(itemgetter(f), msgs)) for f in names if f not in _NORMALIZE_COLUMNS
-    }
     every_row = len(todo) == n  # then todo is 0..n-1, in order
     present = set().union(*normalized)  # most rows have 3 of the 14 (no alarm, no units)
-    for f in names:
+    arrays = []
+    for f in schema.names:
         if f not in _NORMALIZE_COLUMNS:
-            continue
-        if f not in present:  # decode's column as it is, or nulls
-            values[f] = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
-            continue
-        of_normalized = [m.get(f) for m in normalized]
-        if every_row:
-            values[f] = of_normalized
-            continue
-        column = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
-        for i, v in zip(todo, of_normalized, strict=True):
-            column[i] = v
-        values[f] = column
-    arrays = [pa.array(values[f], type=schema.field(f).type) for f in names]
+            column = list(map(itemgetter(f), msgs))
+        elif f in present and every_row:
+            column = [m.get(f) for m in normalized]
+        else:  # decode's column (its errors) or nulls, then normalize's values where it has one
+            column = list(map(itemgetter(f), msgs)) if f in _DECODE_ERRORS else [None] * n
+            if f in present:
+                for i, m in zip(todo, normalized, strict=True):
+                    column[i] = m.get(f)
+        arrays.append(pa.array(column, type=schema.field(f).type))
     return pa.StructArray.from_arrays(arrays, fields=list(schema))
 
 
