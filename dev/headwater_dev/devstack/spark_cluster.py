@@ -280,7 +280,7 @@ class SparkStandalone:
         """How many workers the master counts as alive (0 while it does not answer)."""
         try:
             workers = self.state().get("workers", [])
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or an empty page while starting
             return 0
         assert isinstance(workers, list)
         return sum(1 for w in workers if w.get("state") == "ALIVE")
