@@ -10,7 +10,7 @@ JVM_STAMP := $(JARS)/.installed-stamp
 MVN    ?= mvn
 ARGS   ?=
 
-.PHONY: install run test test-slow test-cluster test-images images cluster test-k8s lint protos docs descriptors baseline bench constraints clean
+.PHONY: install run test test-slow test-load test-cluster test-images images cluster test-k8s lint protos docs descriptors baseline bench constraints clean
 
 # '.[dev]' is everything (every part's extra) plus the test and lint tools; ./dev is the
 # dev tooling (headwater-dev: the dev stack, the benchmarks), kept out of the headwater
@@ -63,6 +63,9 @@ images: $(STAMP) ## build the images (ingest, enricher, gateway) with podman (ba
 
 test-cluster: $(STAMP) $(JVM_STAMP) ## the broker fault tests on a three-broker cluster (marker cluster)
 	$(BIN)/pytest -m cluster $(ARGS)
+
+test-load: $(STAMP) $(JVM_STAMP) ## the full-size loads whose smaller twins are in the suite (marker load)
+	$(BIN)/pytest -m load $(ARGS)
 
 test-images: $(STAMP) $(JVM_STAMP) ## build the images, run them against a broker (marker images)
 	$(BIN)/pytest -m images tests/images $(ARGS)

@@ -64,7 +64,7 @@ async def test_clean_stops_and_restarts_never_rerun_a_command(
     await stop_and_restart(command_topics, start_command_ingest, tmp_path, cycles=60)
 
 
-@pytest.mark.slow
+@pytest.mark.load  # the 60 above are the suite's; these run after it (make test-load)
 @pytest.mark.timeout(1200)
 async def test_a_thousand_clean_stops_and_restarts_never_rerun_a_command(
     command_topics, start_command_ingest, tmp_path

@@ -42,7 +42,7 @@ def test_sigkill_mid_batch_then_restart_gives_one_terminal_completion_each(
 ) -> None:
     topics = make_topics(kafka_bootstrap)
     masters(kafka_bootstrap, topics, [f"dev-{d}" for d in range(10)])
-    msgs = [Msg(f"k{i}", f"dev-{i % 10}", ACME, acme(i, 50), i // 10 + 1) for i in range(300)]
+    msgs = [Msg(f"k{i}", f"dev-{i % 10}", ACME, acme(i, 50), i // 10 + 1) for i in range(150)]
     ingest(kafka_bootstrap, topics, msgs)
     settings = {"MAX_RECORDS_PER_TRIGGER": "25", "TRIGGER_INTERVAL_SECONDS": "0.1"}
     reader = TopicReader(kafka_bootstrap, topics.completions)

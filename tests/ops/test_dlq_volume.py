@@ -174,7 +174,7 @@ def test_5000_dead_letters_stream_with_progress_and_redrive_once(
     _volume(kafka_bootstrap, topic_factory("dlq-volume"), tmp_path, 5_000)
 
 
-@pytest.mark.slow
+@pytest.mark.load  # the 5,000 above is the suite's; this one runs after it (make test-load)
 @pytest.mark.timeout(3600)
 def test_200000_dead_letters_stay_under_200_mb(
     kafka_bootstrap, topic_factory, ingest_topics, tmp_path
