@@ -9,6 +9,7 @@ import pytest
 
 from headwater.enricher.hop.schema import OUTPUT, field_names
 from headwater_dev.bench.enricher import normalize as bench_normalize
+from headwater_dev.bench.enricher import query
 from headwater_dev.bench.enricher.floor import FloorProcessor
 from tests.support.launch import launch
 
@@ -302,3 +303,49 @@ def test_the_benchmark_wants_at_least_ten_drain_batches() -> None:
 
     with pytest.raises(SystemExit):
         main(["--messages", "30000", "--batch-records", "10000"])
+
+
+class _WarmingJvm:
+    """A JIT that compiles ``per_slice`` ms in each offered slice, on a clock the offers move."""
+
+    def __init__(self, per_slice: list[int]) -> None:
+        self.per_slice, self.compiled, self.now = per_slice, 0, 0.0
+        self.offers: list[int] = []
+
+    def jit(self) -> int:
+        return self.compiled
+
+    def offer(self, first: int, seconds: float) -> int:
+        self.offers.append(first)
+        self.compiled += self.per_slice[min(len(self.offers) - 1, len(self.per_slice) - 1)]
+        self.now += seconds
+        return 100  # records offered in the slice
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_the_warm_up_goes_on_past_its_least_until_the_jit_settles() -> None:
+    jvm = _WarmingJvm([9000, 8000, 6000, 3000, 900, 5000])
+    warmed = query.warm_up(jvm.jit, jvm.offer, 20, 300, jvm.clock)
+    assert warmed == query.WarmUp(sent=500, seconds=50.0, last_slice_jit_ms=900, settled=True)
+    assert jvm.offers == [0, 100, 200, 300, 400]  # each slice goes on from the last record
+    assert "settled" in warmed.describe() and "NOT" not in warmed.describe()
+
+
+def test_a_settled_jit_does_not_cut_the_least_warm_up_short() -> None:
+    jvm = _WarmingJvm([0])
+    assert query.warm_up(jvm.jit, jvm.offer, 30, 300, jvm.clock).seconds == 30.0
+
+
+def test_a_warm_up_that_never_settles_stops_at_its_bound_and_says_so() -> None:
+    jvm = _WarmingJvm([4000])
+    warmed = query.warm_up(jvm.jit, jvm.offer, 30, 60, jvm.clock)
+    assert (warmed.seconds, warmed.settled, warmed.last_slice_jit_ms) == (60.0, False, 4000)
+    assert "NOT settled" in warmed.describe()
+
+
+def test_no_warm_up_offers_nothing() -> None:
+    jvm = _WarmingJvm([0])
+    assert query.warm_up(jvm.jit, jvm.offer, 0, 300, jvm.clock) == query.WarmUp(0, 0.0, 0, False)
+    assert jvm.offers == []

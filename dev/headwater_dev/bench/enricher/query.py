@@ -4,10 +4,11 @@
 (or uses ``--bootstrap-servers``), and for each fleet size and query, one query on one
 checkpoint (``local[2]`` unless ``--spark-master``):
 
-1. warm-up: records are offered at ``--rate`` msg/s, not measured, for
+1. warm-up: records are offered at ``--rate`` msg/s, not measured, for at least
    ``--warmup-seconds`` (``--first-warmup-seconds`` for the run's first query, in a cold
-   JVM): the JIT compiles the query's hot code meanwhile (JFR: our operator's methods and
-   Spark's per-row ones compiled within ~40 s of a cold start, ~20 s of a warm one);
+   JVM), then until the JIT has settled (``warm_up``; at most ``--max-warmup-seconds``):
+   the JIT compiles the query's hot code meanwhile (on a fast machine within ~40 s of a
+   cold start; on a slow one, minutes), and what it compiles is not a message's cost;
 2. latency: offered at ``--rate`` for ``--seconds``; ingest received-at to completion
    visible, p50/p99, and CPU time per message by part (``bench/cpu.py``: Spark's JVM, its
    Python workers, the broker);
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +75,7 @@ def bench_fleet(
     query_kind: str = "enricher",
     floor_buckets: int = 0,
     warmup: float = 0.0,
+    max_warmup: float = 0.0,
     trigger_seconds: float = 0.5,
     batch_records: int = EnricherSettings.max_records_per_trigger,
 ) -> dict[str, Any]:
@@ -118,7 +121,14 @@ def bench_fleet(
 
     phase("warm-up")
     p = traffic.producer(bootstrap)
-    warm = traffic.offer(p, topics.ingest[0], 0, rate, warmup, devices, run)
+    warmed = warm_up(
+        lambda: jit_ms(spark),
+        lambda first, s: traffic.offer(p, topics.ingest[0], first, rate, s, devices, run),
+        warmup,
+        max_warmup,
+    )
+    warm = warmed.sent
+    phase(f"warm-up {warmed.seconds:.0f} s, {warmed.describe()}")
     jit_before = jit_ms(spark)
     phase("offered (measured)")
     watch.measure_after_ms = int(time.time() * 1000)
@@ -183,7 +193,10 @@ def bench_fleet(
         "ratio_to_ceiling": round(steady["msgs_per_s"] / ceiling, 3),
         "offered_rate_msgs_per_s": rate,
         "offered_seconds": seconds,
-        "warmup_seconds": warmup,
+        # How long the warm-up ran (at least ``warmup``), and whether the JIT had settled.
+        "warmup_seconds": round(warmed.seconds, 1),
+        "warmup_settled": warmed.settled,
+        "jit_ms_warmup_last_slice": warmed.last_slice_jit_ms,
         # Milliseconds the JIT spent compiling during each measured phase (steady: ~0).
         "jit_ms_offered": jit_offered,
         "jit_ms_drain": jit_drain,
@@ -202,6 +215,58 @@ def bench_fleet(
             offered_progress, stats_path, watch.measure_after_ms, offered_end_ms + 1
         ),
     }
+
+
+#: The warm-up offers load in slices of this many seconds ...
+WARMUP_SLICE_S = 10.0
+#: ... until the JIT compiled for at most this share of a slice's wall time (on 2 cores, a
+#: cold JVM's compiler threads took ~40% of it for minutes: docs/benchmarks.md, issue 40).
+JIT_SETTLED_SHARE = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+    """What a warm-up did: records offered, seconds, the JIT's last slice, settled or not."""
+
+    sent: int
+    seconds: float
+    last_slice_jit_ms: int
+    settled: bool
+
+    def describe(self) -> str:
+        """Return the JIT's state at the warm-up's end, for the phase line."""
+        state = "settled" if self.settled else "NOT settled (figures include compiling)"
+        return f"JIT {self.last_slice_jit_ms} ms in its last {WARMUP_SLICE_S:.0f} s: {state}"
+
+
+def warm_up(
+    jit: Callable[[], int],
+    offer: Callable[[int, float], int],
+    least_s: float,
+    most_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> WarmUp:
+    """Offer load (``offer(first, seconds)``) for ``least_s``, then until the JIT settles.
+
+    ``jit()``: the milliseconds the JIT has compiled so far (``jit_ms``).
+
+    A query's figures are per message of a steady state: CPU spent compiling the query's
+    code is not. A fixed warm-up was too short for the run's first query on a slow machine
+    (its JVM compiled for 14.5 s of a 22 s drain, against 2.5 s when the same query ran
+    again in the warm JVM). Bounded by ``most_s`` (at least ``least_s``); 0 (``least_s``)
+    offers nothing.
+    """
+    if least_s <= 0:
+        return WarmUp(0, 0.0, 0, False)
+    started, sent = clock(), 0
+    while True:
+        before = jit()
+        sent += offer(sent, WARMUP_SLICE_S)
+        compiled = jit() - before
+        elapsed = clock() - started
+        settled = compiled <= JIT_SETTLED_SHARE * WARMUP_SLICE_S * 1000
+        if elapsed >= max(most_s, least_s) or (elapsed >= least_s and settled):
+            return WarmUp(sent, elapsed, compiled, settled)
 
 
 def jit_ms(spark: Any) -> int:
@@ -438,6 +503,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the same for the run's first query, which meets a cold JVM",
     )
     parser.add_argument(
+        "--max-warmup-seconds",
+        type=float,
+        default=300.0,
+        help="a warm-up goes on past its least seconds, in slices of "
+        f"{WARMUP_SLICE_S:.0f} s, until the JIT compiled for at most "
+        f"{JIT_SETTLED_SHARE:.0%} of a slice, or this bound (the JSON line says which)",
+    )
+    parser.add_argument(
         "--bootstrap-servers", default="", help="use this Kafka instead of an embedded broker"
     )
     parser.add_argument("--spark-master", default="local[2]")
@@ -517,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             kind,
             args.floor_buckets,
             warmup=warmup,
+            max_warmup=args.max_warmup_seconds,
             trigger_seconds=args.trigger_seconds,
             batch_records=args.batch_records,
         )
