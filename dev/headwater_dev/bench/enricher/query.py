@@ -219,8 +219,8 @@ def bench_fleet(
 
 #: The warm-up offers load in slices of this many seconds ...
 WARMUP_SLICE_S = 10.0
-#: ... until the JIT compiled for at most this share of a slice's wall time (on 2 cores, a
-#: cold JVM's compiler threads took ~40% of it for minutes: docs/benchmarks.md, issue 40).
+#: ... until the JIT compiled for at most this share of a slice's wall time (on 2 slow cores
+#: a cold JVM's JIT compiled for over half the wall time for minutes: docs/benchmarks.md).
 JIT_SETTLED_SHARE = 0.1
 
 
@@ -253,8 +253,8 @@ def warm_up(
     A query's figures are per message of a steady state: CPU spent compiling the query's
     code is not. A fixed warm-up was too short for the run's first query on a slow machine
     (its JVM compiled for 14.5 s of a 22 s drain, against 2.5 s when the same query ran
-    again in the warm JVM). Bounded by ``most_s`` (at least ``least_s``); 0 (``least_s``)
-    offers nothing.
+    again in the warm JVM). Bounded by ``most_s`` (or ``least_s`` if longer); a
+    ``least_s`` of 0 offers nothing.
     """
     if least_s <= 0:
         return WarmUp(0, 0.0, 0, False)
