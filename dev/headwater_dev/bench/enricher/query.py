@@ -111,11 +111,8 @@ def bench_fleet(
         transform(job.read_ingest(spark, settings), settings), settings, stats_path
     )
 
-    # Offered load: paced producer with received-at = send time. The first ``warmup``
-    # seconds are not measured: the JIT is still compiling the query's code then (JFR's
-    # jdk.Compilation: seconds of compilations over 100 ms each in every 10 s of a run
-    # with a 10 s warm-up), and the floors, measured later in the same JVM, would
-    # otherwise meet a warmer one.
+    # Offered load: paced producer with received-at = send time. The warm-up (``warm_up``)
+    # is not measured: the JIT is still compiling the query's code then.
     def phase(name: str) -> None:  # on stderr, timed: to line up a profile with the phases
         print(f"bench: {query_kind}, {devices} devices: {name}", file=sys.stderr, flush=True)
 
@@ -127,15 +124,15 @@ def bench_fleet(
         warmup,
         max_warmup,
     )
-    warm = warmed.sent
     phase(f"warm-up {warmed.seconds:.0f} s, {warmed.describe()}")
     jit_before = jit_ms(spark)
     phase("offered (measured)")
     watch.measure_after_ms = int(time.time() * 1000)
     measured_from = watch.count
     cpu_before = bench_cpu.snapshot()
-    sent = traffic.offer(p, topics.ingest[0], warm, rate, seconds, devices, run)
-    sent += warm
+    sent = warmed.sent + traffic.offer(
+        p, topics.ingest[0], warmed.sent, rate, seconds, devices, run
+    )
     traffic.wait_for(watch, query, sent, 120)
     jit_offered = jit_ms(spark) - jit_before
     cpu_offered = bench_cpu.per_message_us(
